@@ -1,0 +1,214 @@
+"""The one small interface every model backend implements, and the shared tensor batching.
+
+A backend instance is one Triton model instance: it loads one model version on one device,
+executes a list of requests (a dynamic batch) and unloads. Framework backends (ONNX Runtime,
+TorchScript, TensorRT) subclass :class:`TensorBackend`, which concatenates the requests along
+the batch dimension, runs once and splits the outputs back; the python backend receives the
+request list unchanged, as Triton's python backend does.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import concurrent.futures
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from repo_adapter.datatypes import config_to_protocol, protocol_to_numpy
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference import InferRequest, InferResponse, InferTensor
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """Where a model instance runs: Triton's instance name, kind (CPU/GPU/MODEL) and device."""
+
+    name: str
+    kind: str = "CPU"
+    device_id: int = 0
+
+    @classmethod
+    def cpu(cls, model_name: str) -> InstanceSpec:
+        return cls(name=f"{model_name}_0", kind="CPU", device_id=0)
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One version of one model, as found in the repository (normalised config)."""
+
+    name: str
+    version: int
+    config: mc.ModelConfig
+    model_dir: Path
+
+    @property
+    def version_dir(self) -> Path:
+        return self.model_dir / str(self.version)
+
+    @property
+    def model_path(self) -> Path:
+        return self.version_dir / self.config.default_model_filename
+
+
+ExecuteResult = list["InferResponse | InferenceServerError"]
+
+
+class Backend(abc.ABC):
+    """A loaded model instance. Subclasses set ``name`` to the config's backend name."""
+
+    name: str = ""
+
+    def __init__(self, model: ModelVersion, instance: InstanceSpec) -> None:
+        self.model = model
+        self.config = model.config
+        self.instance = instance
+
+    @classmethod
+    def auto_complete_config(cls, config: mc.ModelConfig, model_dir: Path) -> None:
+        """Fill missing config fields from the model files (Triton's backend auto-complete).
+
+        Called once per model at repository scan time, before normalisation. The default
+        completes nothing: such backends need an explicit config.
+        """
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load the model; raise :class:`InferenceServerError` (UNAVAILABLE) on failure."""
+
+    @abc.abstractmethod
+    async def execute(self, requests: Sequence[InferRequest]) -> ExecuteResult:
+        """Run one batch; one response or per-request error per request, in order.
+
+        Raising fails the whole batch (Triton reports INTERNAL to every request).
+        """
+
+    def unload(self) -> None:  # noqa: B027 - optional hook
+        """Release the model's resources."""
+
+
+class TensorBackend(Backend):
+    """Backends that run one forward pass on concatenated tensors.
+
+    Subclasses implement :meth:`run` on a dict of batched numpy inputs. It runs on one
+    dedicated thread per instance, so the event loop never blocks and frameworks with
+    thread-local state (CUDA streams, torch settings) always see the same thread.
+    """
+
+    def __init__(self, model: ModelVersion, instance: InstanceSpec) -> None:
+        super().__init__(model, instance)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"{instance.name}-exec"
+        )
+        self._input_configs = {tensor.name: tensor for tensor in self.config.input}
+        self._output_configs = {tensor.name: tensor for tensor in self.config.output}
+
+    @abc.abstractmethod
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Forward pass: batched inputs by config name -> outputs by config name."""
+
+    async def execute(self, requests: Sequence[InferRequest]) -> ExecuteResult:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._execute_sync, list(requests))
+
+    def unload(self) -> None:
+        self._executor.shutdown(wait=False)
+
+    def _execute_sync(self, requests: list[InferRequest]) -> ExecuteResult:
+        batching = self.config.max_batch_size > 0
+        rows = [_request_rows(request) if batching else 1 for request in requests]
+        inputs = self._gather_inputs(requests, batching)
+        outputs = self.run(inputs)
+        return self._scatter_outputs(requests, outputs, rows, batching)
+
+    def _gather_inputs(self, requests: list[InferRequest], batching: bool) -> dict[str, np.ndarray]:
+        gathered: dict[str, np.ndarray] = {}
+        for name, cfg in self._input_configs.items():
+            parts = [r.input(name) for r in requests]
+            present = [p for p in parts if p is not None]
+            if not present:
+                continue  # optional input absent from every request
+            if len(present) != len(parts):
+                raise InferenceServerError(
+                    f"optional input '{name}' must be given by every request of a batch",
+                    StatusCode.INTERNAL,
+                )
+            arrays = [p.data for p in present]
+            if batching:
+                array = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+            else:
+                array = arrays[0]
+            if cfg.HasField("reshape"):
+                batch_dims = (array.shape[0],) if batching else ()
+                array = array.reshape(batch_dims + tuple(cfg.reshape.shape))
+            gathered[name] = array
+        return gathered
+
+    def _scatter_outputs(
+        self,
+        requests: list[InferRequest],
+        outputs: dict[str, np.ndarray],
+        rows: list[int],
+        batching: bool,
+    ) -> ExecuteResult:
+        tensors: dict[str, tuple[str, list[np.ndarray]]] = {}
+        offsets = np.cumsum([0, *rows])
+        for name, cfg in self._output_configs.items():
+            if name not in outputs:
+                raise InferenceServerError(
+                    f"output '{name}' was not produced by model '{self.model.name}'",
+                    StatusCode.INTERNAL,
+                )
+            datatype = config_to_protocol(cfg.data_type)
+            array = _as_output_dtype(np.asarray(outputs[name]), datatype)
+            if batching:
+                if cfg.HasField("reshape"):
+                    array = array.reshape((array.shape[0], *_concrete(cfg.dims, array)))
+                pieces = [array[offsets[i] : offsets[i + 1]] for i in range(len(requests))]
+            else:
+                if cfg.HasField("reshape"):
+                    array = array.reshape(tuple(_concrete(cfg.dims, array, batched=False)))
+                pieces = [array]
+            tensors[name] = (datatype, pieces)
+        return [
+            InferResponse(
+                model_name=self.model.name,
+                model_version=str(self.model.version),
+                id=request.id,
+                outputs=[
+                    InferTensor(name, datatype, pieces[i])
+                    for name, (datatype, pieces) in tensors.items()
+                ],
+            )
+            for i, request in enumerate(requests)
+        ]
+
+
+def _request_rows(request: InferRequest) -> int:
+    return request.inputs[0].data.shape[0] if request.inputs else 1
+
+
+def _concrete(dims, array: np.ndarray, batched: bool = True) -> list[int]:
+    """Config dims with a single -1 resolved from the array's element count."""
+    dims = list(dims)
+    if -1 in dims:
+        known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+        per_item = array.size // (array.shape[0] if batched and array.ndim else 1)
+        dims[dims.index(-1)] = per_item // max(known, 1)
+    return dims
+
+
+def _as_output_dtype(array: np.ndarray, datatype: str) -> np.ndarray:
+    if datatype == "BYTES":
+        if array.dtype == np.object_ and all(isinstance(x, bytes) for x in array.flat):
+            return array
+        flat = [x if isinstance(x, bytes) else str(x).encode("utf-8") for x in array.flat]
+        result = np.empty(len(flat), dtype=np.object_)
+        result[:] = flat
+        return result.reshape(array.shape)
+    dtype = protocol_to_numpy(datatype)
+    return array if array.dtype == dtype else array.astype(dtype)

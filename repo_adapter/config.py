@@ -1,0 +1,238 @@
+"""Model configuration: parse ``config.pbtxt`` with Triton's own schema, normalise, validate, render.
+
+Parsing uses ``tritonclient.grpc.model_config_pb2`` and protobuf text format (never a
+hand-written parser). Normalisation and the ``/config`` JSON follow Triton core's
+``NormalizeModelConfig``, ``NormalizeInstanceGroup`` and ``ModelConfigToJson``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import descriptor, json_format, text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from repo_adapter.errors import ModelConfigError
+
+ModelConfig = mc.ModelConfig
+CONFIG_FILENAME = "config.pbtxt"
+
+ENSEMBLE_PLATFORM = "ensemble"
+
+# Backends whose CPU instance groups default to two instances (core SetDefaultInstanceCount).
+_TWO_CPU_INSTANCE_BACKENDS = ("onnxruntime", "tensorflow")
+
+
+def parse_config_text(text: str, source: str) -> mc.ModelConfig:
+    """Parse protobuf text format into a ``ModelConfig``; errors name ``source`` and the field."""
+    try:
+        return text_format.Parse(text, mc.ModelConfig())
+    except text_format.ParseError as err:
+        raise ModelConfigError(f"failed to parse {source}: {err}") from None
+
+
+def load_config_file(path: Path) -> mc.ModelConfig:
+    """Read and parse one ``config.pbtxt``."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ModelConfigError(f"failed to read {path}: {err}") from None
+    return parse_config_text(text, str(path))
+
+
+def config_from_json(data: str | dict[str, Any], source: str = "JSON config") -> mc.ModelConfig:
+    """Parse a ModelConfig from JSON (the repository API's ``parameters.config``)."""
+    try:
+        if isinstance(data, str):
+            data = json.loads(data)
+        return json_format.ParseDict(data, mc.ModelConfig())
+    except (ValueError, json_format.ParseError) as err:
+        raise ModelConfigError(f"failed to parse {source}: {err}") from None
+
+
+def normalize_config(config: mc.ModelConfig, gpu_ids: Sequence[int] = ()) -> None:
+    """Apply Triton's normalisation in place; ``gpu_ids`` are the GPUs instances may use."""
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+
+    if config.HasField("dynamic_batching"):
+        if not config.dynamic_batching.preferred_batch_size and config.max_batch_size > 0:
+            config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+
+    if config.HasField("sequence_batching"):
+        seq = config.sequence_batching
+        if seq.max_sequence_idle_microseconds == 0:
+            seq.max_sequence_idle_microseconds = 1_000_000
+        if seq.HasField("oldest") and not seq.oldest.preferred_batch_size:
+            if config.max_batch_size > 0:
+                seq.oldest.preferred_batch_size.append(config.max_batch_size)
+
+    if config.HasField("ensemble_scheduling"):
+        return  # ensembles have no instances and no optimisation settings
+
+    optimization = config.optimization
+    if not optimization.HasField("input_pinned_memory"):
+        optimization.input_pinned_memory.enable = True
+    if not optimization.HasField("output_pinned_memory"):
+        optimization.output_pinned_memory.enable = True
+
+    _normalize_instance_groups(config, sorted(set(gpu_ids)))
+
+
+def _normalize_instance_groups(config: mc.ModelConfig, gpu_ids: list[int]) -> None:
+    group_cls = mc.ModelInstanceGroup
+    if not config.instance_group:
+        group = config.instance_group.add()
+        group.name = config.name
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.kind == group_cls.KIND_AUTO:
+            usable = gpu_ids and all(gpu in gpu_ids for gpu in group.gpus)
+            group.kind = group_cls.KIND_GPU if usable else group_cls.KIND_CPU
+        if group.count < 1:
+            group.count = 1
+            if group.kind == group_cls.KIND_CPU and config.backend in _TWO_CPU_INSTANCE_BACKENDS:
+                group.count = 2
+        if group.kind == group_cls.KIND_GPU and not group.gpus:
+            group.gpus.extend(gpu_ids)
+
+
+def validate_config(config: mc.ModelConfig, source: str) -> None:
+    """Reject configurations Triton would refuse to load; messages name ``source`` and the field."""
+    name = config.name
+
+    def fail(field: str, problem: str) -> None:
+        raise ModelConfigError(f"model '{name}' ({source}): '{field}' {problem}")
+
+    if config.max_batch_size < 0:
+        fail("max_batch_size", "must be >= 0")
+    is_ensemble = config.platform == ENSEMBLE_PLATFORM
+    if is_ensemble and config.backend:
+        fail("backend", "must be empty for an ensemble")
+    if is_ensemble and not config.HasField("ensemble_scheduling"):
+        fail("ensemble_scheduling", "must be set for platform 'ensemble'")
+    if not is_ensemble and config.HasField("ensemble_scheduling"):
+        fail("ensemble_scheduling", "is only allowed for platform 'ensemble'")
+    if is_ensemble and config.instance_group:
+        fail("instance_group", "is not allowed for an ensemble")
+
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        seen: set[str] = set()
+        for tensor in tensors:
+            field = f"{kind} '{tensor.name}'"
+            if not tensor.name:
+                fail(kind, "has an entry without a name")
+            if tensor.name in seen:
+                fail(field, "is declared more than once")
+            seen.add(tensor.name)
+            if tensor.data_type == mc.TYPE_INVALID:
+                fail(f"{field}.data_type", "must be specified")
+            if not tensor.dims and not tensor.HasField("reshape"):
+                fail(f"{field}.dims", "must have at least one dimension")
+            for dim in tensor.dims:
+                if dim < -1 or (dim == 0 and not is_ensemble):
+                    fail(f"{field}.dims", f"has invalid dimension {dim}")
+            if tensor.HasField("reshape") and _element_count(tensor.dims) != _element_count(
+                tensor.reshape.shape
+            ):
+                fail(f"{field}.reshape", "must have the same element count as dims")
+
+    if config.HasField("dynamic_batching"):
+        batching = config.dynamic_batching
+        for size in batching.preferred_batch_size:
+            if size < 1 or (config.max_batch_size > 0 and size > config.max_batch_size):
+                fail(
+                    "dynamic_batching.preferred_batch_size",
+                    f"value {size} must be in [1, max_batch_size={config.max_batch_size}]",
+                )
+        if batching.priority_levels > 0:
+            if not 1 <= batching.default_priority_level <= batching.priority_levels:
+                fail(
+                    "dynamic_batching.default_priority_level",
+                    f"must be in [1, priority_levels={batching.priority_levels}]",
+                )
+            for level in batching.priority_queue_policy:
+                if not 1 <= level <= batching.priority_levels:
+                    fail("dynamic_batching.priority_queue_policy", f"has invalid level {level}")
+        if batching.preserve_ordering and batching.priority_levels > 1:
+            fail("dynamic_batching.preserve_ordering", "cannot be used with priority levels")
+
+    policy = config.version_policy
+    if policy.HasField("latest") and policy.latest.num_versions < 1:
+        fail("version_policy.latest.num_versions", "must be >= 1")
+
+
+def _element_count(dims: Sequence[int]) -> int | None:
+    count = 1
+    for dim in dims:
+        if dim < 0:
+            return None
+        count *= dim
+    return count
+
+
+# ---------------------------------------------------------------------------------------------
+# /config JSON rendering
+
+
+def config_to_json_dict(config: mc.ModelConfig) -> dict[str, Any]:
+    """The model configuration as Triton's ``/config`` endpoint renders it.
+
+    Every field printed at its default, enums as names, original field names, and int64
+    fields as JSON numbers (protobuf's JSON mapping writes them as strings).
+    """
+    rendered = json_format.MessageToDict(
+        config,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    return _as_triton_json(config.DESCRIPTOR, rendered, path=())
+
+
+def config_to_json_text(config: mc.ModelConfig) -> str:
+    return json.dumps(config_to_json_dict(config), separators=(",", ":"))
+
+
+_INT64_TYPES = (
+    descriptor.FieldDescriptor.TYPE_INT64,
+    descriptor.FieldDescriptor.TYPE_UINT64,
+    descriptor.FieldDescriptor.TYPE_SINT64,
+    descriptor.FieldDescriptor.TYPE_FIXED64,
+    descriptor.FieldDescriptor.TYPE_SFIXED64,
+)
+# Triton leaves these int64 values as protobuf's JSON strings (it only fixes a listed set).
+_KEEP_INT64_STRINGS = (("optimization", "cuda", "graph_spec"),)
+
+
+def _as_triton_json(desc: descriptor.Descriptor, value: dict[str, Any], path: tuple) -> dict:
+    """Fields in proto declaration order (as Triton prints them), int64 values as numbers."""
+    keep_strings = any(path[: len(prefix)] == prefix for prefix in _KEEP_INT64_STRINGS)
+    ordered: dict[str, Any] = {}
+    for field in desc.fields:
+        if field.name not in value:
+            continue
+        item = value[field.name]
+        sub_path = (*path, field.name)
+        if field.message_type is not None:
+            sub = field.message_type
+            if sub.GetOptions().map_entry:
+                value_field = sub.fields_by_name["value"]
+                if value_field.message_type is not None:
+                    item = {
+                        k: _as_triton_json(value_field.message_type, v, sub_path)
+                        for k, v in item.items()
+                    }
+                elif value_field.type in _INT64_TYPES and not keep_strings:
+                    item = {k: int(v) for k, v in item.items()}
+            elif field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
+                item = [_as_triton_json(sub, element, sub_path) for element in item]
+            else:
+                item = _as_triton_json(sub, item, sub_path)
+        elif field.type in _INT64_TYPES and not keep_strings:
+            item = [int(v) for v in item] if isinstance(item, list) else int(item)
+        ordered[field.name] = item
+    return ordered

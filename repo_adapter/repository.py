@@ -1,0 +1,229 @@
+"""Scan a Triton model repository: configs, auto-complete, version policies, labels.
+
+Scanning reads files only; it never loads a model into a runtime. Each model comes back
+either configured (normalised config, versions to serve, labels) or UNAVAILABLE with the
+reason, so one broken model never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from repo_adapter.backends import backend_class
+from repo_adapter.backends.base import ModelVersion
+from repo_adapter.config import (
+    CONFIG_FILENAME,
+    ENSEMBLE_PLATFORM,
+    load_config_file,
+    normalize_config,
+    validate_config,
+)
+from repo_adapter.errors import InferenceServerError, ModelConfigError
+
+logger = logging.getLogger(__name__)
+
+# platform -> backend, and the backend's default model file name (core constants.h).
+_PLATFORM_BACKENDS = {
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "tensorrt_plan": "tensorrt",
+}
+_BACKEND_DEFAULTS = {  # backend -> (platform, default model filename)
+    "onnxruntime": ("onnxruntime_onnx", "model.onnx"),
+    "pytorch": ("pytorch_libtorch", "model.pt"),
+    "tensorrt": ("tensorrt_plan", "model.plan"),
+    "python": ("", "model.py"),
+}
+# Order in which core probes the version directory for a model file.
+_PROBE_ORDER = ("tensorrt", "onnxruntime", "pytorch", "python")
+
+READY = "READY"
+UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass
+class RepositoryModel:
+    """One model directory after scanning."""
+
+    name: str
+    path: Path
+    config: mc.ModelConfig | None = None
+    versions: list[int] = field(default_factory=list)
+    labels: dict[str, list[str]] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def available(self) -> bool:
+        return not self.error
+
+    @property
+    def is_ensemble(self) -> bool:
+        return self.config is not None and self.config.platform == ENSEMBLE_PLATFORM
+
+    def model_version(self, version: int) -> ModelVersion:
+        assert self.config is not None
+        return ModelVersion(self.name, version, self.config, self.path)
+
+
+def scan_repository(
+    repository: Path | str, gpu_ids: Sequence[int] = (), names: Sequence[str] | None = None
+) -> dict[str, RepositoryModel]:
+    """Scan every model directory (or only ``names``) of ``repository``, sorted by name."""
+    root = Path(repository)
+    if not root.is_dir():
+        raise ModelConfigError(f"model repository '{root}' is not a directory")
+    models: dict[str, RepositoryModel] = {}
+    for model_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        if model_dir.name.startswith("."):
+            continue
+        if names is not None and model_dir.name not in names:
+            continue
+        models[model_dir.name] = scan_model(model_dir, gpu_ids)
+    return models
+
+
+def scan_model(model_dir: Path, gpu_ids: Sequence[int] = ()) -> RepositoryModel:
+    """Scan one model directory; failures are captured in ``RepositoryModel.error``."""
+    model = RepositoryModel(name=model_dir.name, path=model_dir)
+    try:
+        model.config = _complete_config(model_dir, gpu_ids)
+        model.versions = select_versions(model.config, available_versions(model_dir))
+        if not model.is_ensemble:
+            for version in model.versions:
+                _check_model_file(model.model_version(version))
+        model.labels = _read_labels(model_dir, model.config)
+    except InferenceServerError as err:
+        model.error = err.message
+        logger.error("model '%s' is unavailable: %s", model.name, err.message)
+    return model
+
+
+def available_versions(model_dir: Path) -> list[int]:
+    """Numeric version directories; names that are not numbers or start with '0' are ignored."""
+    versions = []
+    for entry in model_dir.iterdir():
+        if not entry.is_dir():
+            continue
+        if not entry.name.isdigit() or entry.name.startswith("0"):
+            logger.warning("ignoring '%s': not a valid version directory", entry)
+            continue
+        versions.append(int(entry.name))
+    return sorted(versions)
+
+
+def select_versions(config: mc.ModelConfig, on_disk: Sequence[int]) -> list[int]:
+    """Versions to serve under the config's ``version_policy``."""
+    policy = config.version_policy
+    if policy.HasField("all"):
+        selected = list(on_disk)
+    elif policy.HasField("specific"):
+        selected = sorted(v for v in set(policy.specific.versions) if v in on_disk)
+        for missing in set(policy.specific.versions) - set(on_disk):
+            logger.error(
+                "version %d is specified for model '%s', but the version directory is not present",
+                missing,
+                config.name,
+            )
+    else:
+        selected = list(on_disk)[-max(policy.latest.num_versions, 1) :]
+    if not selected:
+        raise ModelConfigError(
+            f"at least one version must be available under the version policy of model "
+            f"'{config.name}'"
+        )
+    return selected
+
+
+def _complete_config(model_dir: Path, gpu_ids: Sequence[int]) -> mc.ModelConfig:
+    config_path = model_dir / CONFIG_FILENAME
+    if config_path.exists():
+        config = load_config_file(config_path)
+        source = str(config_path)
+    else:
+        config = mc.ModelConfig()
+        source = f"{model_dir} (no {CONFIG_FILENAME}, auto-completed)"
+    if config.name and config.name != model_dir.name:
+        raise ModelConfigError(
+            f"unexpected 'name' \"{config.name}\" in {source}: it must match the model "
+            f'directory name "{model_dir.name}"'
+        )
+    config.name = model_dir.name
+    _fill_backend_fields(config, model_dir)
+    if config.platform != ENSEMBLE_PLATFORM:
+        backend_class(config.backend).auto_complete_config(config, model_dir)
+    normalize_config(config, gpu_ids)
+    validate_config(config, source)
+    return config
+
+
+def _fill_backend_fields(config: mc.ModelConfig, model_dir: Path) -> None:
+    """Core's ``AutoCompleteBackendFields``: backend/platform/filename from config or files."""
+    if config.platform == ENSEMBLE_PLATFORM:
+        return
+    if not config.backend:
+        if config.platform in _PLATFORM_BACKENDS:
+            config.backend = _PLATFORM_BACKENDS[config.platform]
+        elif config.platform:
+            raise ModelConfigError(
+                f"unsupported platform '{config.platform}' for model '{config.name}'"
+            )
+        else:
+            config.backend = _probe_backend(config, model_dir)
+    if config.backend in _BACKEND_DEFAULTS:
+        platform, filename = _BACKEND_DEFAULTS[config.backend]
+        if platform and not config.platform:
+            config.platform = platform
+        if not config.default_model_filename:
+            config.default_model_filename = filename
+    else:
+        backend_class(config.backend)  # raises the unsupported-backend error
+
+
+def _probe_backend(config: mc.ModelConfig, model_dir: Path) -> str:
+    for backend in _PROBE_ORDER:
+        filename = _BACKEND_DEFAULTS[backend][1]
+        if config.default_model_filename == filename:
+            return backend
+    versions = available_versions(model_dir)
+    if versions and not config.default_model_filename:
+        contents = {p.name for p in (model_dir / str(versions[0])).iterdir()}
+        for backend in _PROBE_ORDER:
+            if _BACKEND_DEFAULTS[backend][1] in contents:
+                return backend
+    raise ModelConfigError(
+        f"Could not determine backend for model '{config.name}' with no backend in model "
+        "configuration. Expected model name of the form 'model.<backend_name>'."
+    )
+
+
+def _check_model_file(model: ModelVersion) -> None:
+    if not model.version_dir.is_dir():
+        raise ModelConfigError(
+            f"version directory '{model.version_dir}' of model '{model.name}' is missing"
+        )
+    if not model.model_path.exists():
+        raise ModelConfigError(
+            f"unable to find '{model.model_path}' for model '{model.name}' version "
+            f"{model.version} (default_model_filename '{model.config.default_model_filename}')"
+        )
+
+
+def _read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, list[str]]:
+    labels: dict[str, list[str]] = {}
+    for output in config.output:
+        if not output.label_filename:
+            continue
+        path = model_dir / output.label_filename
+        try:
+            labels[output.name] = path.read_text().splitlines()
+        except OSError as err:
+            raise ModelConfigError(
+                f"failed to read label file '{path}' of output '{output.name}' of model "
+                f"'{config.name}': {err.strerror}"
+            ) from None
+    return labels
