@@ -6,6 +6,7 @@ but they classify nothing meaningful.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def save_onnx_mlp(
     rng = np.random.default_rng(seed)
     nodes, initializers = [], []
     current = input_name
-    for index, (fan_in, fan_out) in enumerate(zip(layer_sizes[:-1], layer_sizes[1:])):
+    for index, (fan_in, fan_out) in enumerate(itertools.pairwise(layer_sizes)):
         weight = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
         bias = np.zeros(fan_out, dtype=np.float32)
         initializers += [
@@ -151,6 +152,11 @@ def save_torchscript_cnn(
     path.parent.mkdir(parents=True, exist_ok=True)
     scripted.save(str(path))
     return path
+
+
+def _float_tensor(name: str, shape: list):
+    onnx, helper = _onnx()
+    return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)
 
 
 def _save(path: Path, model) -> Path:

@@ -1,4 +1,4 @@
-"""Model configuration: parse ``config.pbtxt`` with Triton's own schema, normalise, validate, render.
+"""Model configuration: parse ``config.pbtxt`` (Triton's own schema), normalise, validate, render.
 
 Parsing uses ``tritonclient.grpc.model_config_pb2`` and protobuf text format (never a
 hand-written parser). Normalisation and the ``/config`` JSON follow Triton core's
