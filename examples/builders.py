@@ -154,6 +154,108 @@ def save_torchscript_cnn(
     return path
 
 
+def save_onnx_identity(
+    path: Path,
+    shape: Sequence[str | int | None] = ("batch", 4),
+    elem_type: int | None = None,
+    input_name: str = "INPUT0",
+    output_name: str = "OUTPUT0",
+) -> Path:
+    """``OUTPUT0 = Identity(INPUT0)`` of any ONNX element type (default FLOAT) and shape.
+
+    String dims are symbolic (dynamic), ``None`` is an unknown dim, ``()`` a scalar.
+    """
+    onnx, helper = _onnx()
+    elem_type = onnx.TensorProto.FLOAT if elem_type is None else elem_type
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [input_name], [output_name])],
+        "identity",
+        [helper.make_tensor_value_info(input_name, elem_type, list(shape))],
+        [helper.make_tensor_value_info(output_name, elem_type, list(shape))],
+    )
+    return _save(path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def save_onnx_typed_ops(path: Path, batch_dim: str | int = "batch") -> Path:
+    """One element-wise op per data type, to check dtype round trips.
+
+    ``OUT_FP32 = 2 * IN_FP32`` ``[b, 3]``; ``OUT_INT64 = IN_INT64 + 1`` ``[b, 2]``;
+    ``OUT_BOOL = not IN_BOOL`` ``[b, 2]``; ``OUT_FP16 = IN_FP16 + IN_FP16`` ``[b, 2]``;
+    ``OUT_STRING = IN_STRING`` ``[b, 1]``.
+    """
+    onnx, helper = _onnx()
+    proto = onnx.TensorProto
+    specs = [
+        ("FP32", proto.FLOAT, 3),
+        ("INT64", proto.INT64, 2),
+        ("BOOL", proto.BOOL, 2),
+        ("FP16", proto.FLOAT16, 2),
+        ("STRING", proto.STRING, 1),
+    ]
+    nodes = [
+        helper.make_node("Mul", ["IN_FP32", "two"], ["OUT_FP32"]),
+        helper.make_node("Add", ["IN_INT64", "one"], ["OUT_INT64"]),
+        helper.make_node("Not", ["IN_BOOL"], ["OUT_BOOL"]),
+        helper.make_node("Add", ["IN_FP16", "IN_FP16"], ["OUT_FP16"]),
+        helper.make_node("Identity", ["IN_STRING"], ["OUT_STRING"]),
+    ]
+    initializers = [
+        onnx.numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two"),
+        onnx.numpy_helper.from_array(np.array(1, dtype=np.int64), "one"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "typed_ops",
+        [helper.make_tensor_value_info(f"IN_{n}", t, [batch_dim, w]) for n, t, w in specs],
+        [helper.make_tensor_value_info(f"OUT_{n}", t, [batch_dim, w]) for n, t, w in specs],
+        initializers,
+    )
+    return _save(path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def save_torchscript_add_sub(path: Path, returns: str = "tuple") -> Path:
+    """``forward(x, y) -> (x + y, x - y)`` as a tuple, a list, or a dict ``{"SUM", "DIFF"}``."""
+    import torch
+    from torch import nn
+
+    class AddSubTuple(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x + y, x - y
+
+    class AddSubList(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+            return [x + y, x - y]
+
+    class AddSubDict(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"SUM": x + y, "DIFF": x - y}
+
+    modules = {"tuple": AddSubTuple, "list": AddSubList, "dict": AddSubDict}
+    return _save_torchscript(path, modules[returns]())
+
+
+def save_torchscript_typed_ops(path: Path) -> Path:
+    """``forward(f32, i64, flag, f16) -> (2 * f32, i64 + 1, not flag, f16 + f16)``."""
+    import torch
+    from torch import nn
+
+    class TypedOps(nn.Module):
+        def forward(
+            self, f32: torch.Tensor, i64: torch.Tensor, flag: torch.Tensor, f16: torch.Tensor
+        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            return f32 * 2, i64 + 1, torch.logical_not(flag), f16 + f16
+
+    return _save_torchscript(path, TypedOps())
+
+
+def _save_torchscript(path: Path, module) -> Path:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.jit.script(module.eval()).save(str(path))
+    return path
+
+
 def _float_tensor(name: str, shape: list):
     onnx, helper = _onnx()
     return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)

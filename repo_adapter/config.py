@@ -101,8 +101,15 @@ def _normalize_instance_groups(config: mc.ModelConfig, gpu_ids: list[int]) -> No
             group.gpus.extend(gpu_ids)
 
 
-def validate_config(config: mc.ModelConfig, source: str) -> None:
-    """Reject configurations Triton would refuse to load; messages name ``source`` and the field."""
+def validate_config(
+    config: mc.ModelConfig, source: str, gpu_ids: Sequence[int] | None = None
+) -> None:
+    """Reject configurations Triton would refuse to load; messages name ``source`` and the field.
+
+    Expects a normalised config. ``gpu_ids`` (the GPUs instances may use) enables the check
+    that every GPU an instance group lists exists; a ``KIND_GPU`` group left without GPUs by
+    normalisation (no GPU available) is always an error, as in Triton.
+    """
     name = config.name
 
     def fail(field: str, problem: str) -> None:
@@ -131,20 +138,24 @@ def validate_config(config: mc.ModelConfig, source: str) -> None:
             seen.add(tensor.name)
             if tensor.data_type == mc.TYPE_INVALID:
                 fail(f"{field}.data_type", "must be specified")
-            if not tensor.dims and not tensor.HasField("reshape"):
+            if not tensor.dims:
                 fail(f"{field}.dims", "must have at least one dimension")
             for dim in tensor.dims:
-                if dim < -1 or (dim == 0 and not is_ensemble):
-                    fail(f"{field}.dims", f"has invalid dimension {dim}")
-            if tensor.HasField("reshape") and _element_count(tensor.dims) != _element_count(
-                tensor.reshape.shape
+                if dim < 1 and dim != -1:
+                    fail(f"{field}.dims", f"has invalid dimension {dim} (must be >= 1 or -1)")
+            if tensor.HasField("reshape"):
+                _validate_reshape(tensor, config.max_batch_size, f"{field}.reshape", fail)
+            if kind == "input" and tensor.format in (
+                mc.ModelInput.FORMAT_NHWC,
+                mc.ModelInput.FORMAT_NCHW,
             ):
-                fail(f"{field}.reshape", "must have the same element count as dims")
+                if len(tensor.dims) != 3:
+                    fail(f"{field}.format", "NHWC/NCHW require 3 dims")
 
     if config.HasField("dynamic_batching"):
         batching = config.dynamic_batching
         for size in batching.preferred_batch_size:
-            if size < 1 or (config.max_batch_size > 0 and size > config.max_batch_size):
+            if size < 1 or size > config.max_batch_size:
                 fail(
                     "dynamic_batching.preferred_batch_size",
                     f"value {size} must be in [1, max_batch_size={config.max_batch_size}]",
@@ -160,19 +171,88 @@ def validate_config(config: mc.ModelConfig, source: str) -> None:
                     fail("dynamic_batching.priority_queue_policy", f"has invalid level {level}")
         if batching.preserve_ordering and batching.priority_levels > 1:
             fail("dynamic_batching.preserve_ordering", "cannot be used with priority levels")
+        if batching.preserve_ordering:
+            policies = [batching.default_queue_policy, *batching.priority_queue_policy.values()]
+            for policy in policies:
+                if (
+                    policy.timeout_action == mc.ModelQueuePolicy.DELAY
+                    and policy.default_timeout_microseconds != 0
+                ):
+                    fail(
+                        "dynamic_batching.preserve_ordering",
+                        "cannot be used with a DELAY queue policy that has a timeout",
+                    )
+
+    if config.HasField("sequence_batching"):
+        sequence = config.sequence_batching
+        if config.response_cache.enable:
+            fail("response_cache", "is not supported with the sequence batcher")
+        for control_input in sequence.control_input:
+            for control in control_input.control:
+                if (
+                    control.kind == mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
+                    and control.data_type not in _CORRID_TYPES
+                ):
+                    fail(
+                        f"sequence_batching.control_input '{control_input.name}'",
+                        "CONTROL_SEQUENCE_CORRID data_type must be TYPE_UINT64, TYPE_INT64, "
+                        "TYPE_UINT32, TYPE_INT32 or TYPE_STRING",
+                    )
+        for size in sequence.oldest.preferred_batch_size:
+            if size < 1 or size > config.max_batch_size:
+                fail(
+                    "sequence_batching.oldest.preferred_batch_size",
+                    f"value {size} must be in [1, max_batch_size={config.max_batch_size}]",
+                )
+    if config.model_transaction_policy.decoupled and config.response_cache.enable:
+        fail("response_cache", "is not supported for decoupled models")
+
+    group_cls = mc.ModelInstanceGroup
+    for group in config.instance_group:
+        field = f"instance_group '{group.name}'"
+        if group.kind in (group_cls.KIND_CPU, group_cls.KIND_MODEL) and group.gpus:
+            kind = group_cls.Kind.Name(group.kind)
+            fail(field, f"has kind {kind} but specifies one or more GPUs")
+        if group.kind == group_cls.KIND_GPU:
+            if not group.gpus:
+                fail(field, "has kind KIND_GPU but no GPUs are available")
+            if gpu_ids is not None:
+                for gpu in group.gpus:
+                    if gpu not in gpu_ids:
+                        fail(field, f"specifies unavailable GPU {gpu}")
 
     policy = config.version_policy
     if policy.HasField("latest") and policy.latest.num_versions < 1:
         fail("version_policy.latest.num_versions", "must be >= 1")
 
 
-def _element_count(dims: Sequence[int]) -> int | None:
-    count = 1
+_CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)
+
+
+def _validate_reshape(tensor, max_batch_size: int, field: str, fail) -> None:
+    """Triton's ``ValidateIOShape`` reshape rules."""
+    shape = list(tensor.reshape.shape)
+    if not shape and max_batch_size == 0:
+        fail(field, "cannot be empty for a non-batching model (scalar tensors)")
+    for dim in shape:
+        if dim < 1 and dim != -1:
+            fail(field, f"has invalid dimension {dim} (must be >= 1 or -1)")
+    # Same element count between each pair of -1 dims (an empty shape counts as 1 element).
+    if _wildcard_chunks(tensor.dims) != _wildcard_chunks(shape):
+        fail(field, "must have the same element count as dims")
+
+
+def _wildcard_chunks(dims: Sequence[int]) -> list[int]:
+    """Element counts of the runs between -1 dims (one run when there is no -1)."""
+    chunks, current = [], 1
     for dim in dims:
-        if dim < 0:
-            return None
-        count *= dim
-    return count
+        if dim == -1:
+            chunks.append(current)
+            current = 1
+        else:
+            current *= dim
+    chunks.append(current)
+    return chunks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,7 +308,7 @@ def _as_triton_json(desc: descriptor.Descriptor, value: dict[str, Any], path: tu
                     }
                 elif value_field.type in _INT64_TYPES and not keep_strings:
                     item = {k: int(v) for k, v in item.items()}
-            elif field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
+            elif _is_repeated(field):
                 item = [_as_triton_json(sub, element, sub_path) for element in item]
             else:
                 item = _as_triton_json(sub, item, sub_path)
@@ -236,3 +316,11 @@ def _as_triton_json(desc: descriptor.Descriptor, value: dict[str, Any], path: tu
             item = [int(v) for v in item] if isinstance(item, list) else int(item)
         ordered[field.name] = item
     return ordered
+
+
+def _is_repeated(field: descriptor.FieldDescriptor) -> bool:
+    # ``label`` is deprecated in protobuf >= 6; ``is_repeated`` is not on older releases.
+    is_repeated = getattr(field, "is_repeated", None)
+    if is_repeated is not None:
+        return is_repeated() if callable(is_repeated) else bool(is_repeated)
+    return field.label == descriptor.FieldDescriptor.LABEL_REPEATED

@@ -39,6 +39,13 @@ _BACKEND_DEFAULTS = {  # backend -> (platform, default model filename)
     "tensorrt": ("tensorrt_plan", "model.plan"),
     "python": ("", "model.py"),
 }
+# Platforms core accepts with each backend (GetBackendTypeFromPlatform); other backends,
+# python included, accept any platform.
+_BACKEND_PLATFORMS = {
+    "onnxruntime": ("onnxruntime_onnx",),
+    "pytorch": ("pytorch_libtorch",),
+    "tensorrt": ("tensorrt_plan",),
+}
 # Order in which core probes the version directory for a model file.
 _PROBE_ORDER = ("tensorrt", "onnxruntime", "pytorch", "python")
 
@@ -84,7 +91,40 @@ def scan_repository(
         if names is not None and model_dir.name not in names:
             continue
         models[model_dir.name] = scan_model(model_dir, gpu_ids)
+    _complete_ensembles(root, models, gpu_ids)
     return models
+
+
+def _complete_ensembles(
+    root: Path, models: dict[str, RepositoryModel], gpu_ids: Sequence[int]
+) -> None:
+    """Core's ensemble completion: an ensemble is decoupled when any step model is.
+
+    Members outside ``models`` (a partial scan) are scanned from ``root`` to read their flag.
+    """
+    decoupled: dict[str, bool] = {}
+
+    def is_decoupled(name: str, visiting: frozenset[str]) -> bool:
+        if name in decoupled:
+            return decoupled[name]
+        model = models.get(name)
+        if model is None and (root / name).is_dir():
+            model = scan_model(root / name, gpu_ids)
+        if model is None or model.config is None or name in visiting:
+            return False
+        config = model.config
+        if model.is_ensemble:
+            steps = config.ensemble_scheduling.step
+            result = any(is_decoupled(s.model_name, visiting | {name}) for s in steps)
+            config.model_transaction_policy.decoupled = result
+        else:
+            result = config.model_transaction_policy.decoupled
+        decoupled[name] = result
+        return result
+
+    for name, model in models.items():
+        if model.available and model.is_ensemble:
+            is_decoupled(name, frozenset())
 
 
 def scan_model(model_dir: Path, gpu_ids: Sequence[int] = ()) -> RepositoryModel:
@@ -97,6 +137,9 @@ def scan_model(model_dir: Path, gpu_ids: Sequence[int] = ()) -> RepositoryModel:
             for version in model.versions:
                 _check_model_file(model.model_version(version))
         model.labels = _read_labels(model_dir, model.config)
+        if model.is_ensemble:
+            # Core always sets it for ensembles; scan_repository derives it from the steps.
+            model.config.model_transaction_policy.decoupled = False
     except InferenceServerError as err:
         model.error = err.message
         logger.error("model '%s' is unavailable: %s", model.name, err.message)
@@ -157,7 +200,7 @@ def _complete_config(model_dir: Path, gpu_ids: Sequence[int]) -> mc.ModelConfig:
     if config.platform != ENSEMBLE_PLATFORM:
         backend_class(config.backend).auto_complete_config(config, model_dir)
     normalize_config(config, gpu_ids)
-    validate_config(config, source)
+    validate_config(config, source, gpu_ids)
     return config
 
 
@@ -174,6 +217,12 @@ def _fill_backend_fields(config: mc.ModelConfig, model_dir: Path) -> None:
             )
         else:
             config.backend = _probe_backend(config, model_dir)
+    expected_platforms = _BACKEND_PLATFORMS.get(config.backend)
+    if expected_platforms and config.platform not in ("", *expected_platforms):
+        raise ModelConfigError(
+            f"unexpected 'platform' and 'backend' pair for model '{config.name}', got: "
+            f"'{config.platform}', '{config.backend}'"
+        )
     if config.backend in _BACKEND_DEFAULTS:
         platform, filename = _BACKEND_DEFAULTS[config.backend]
         if platform and not config.platform:

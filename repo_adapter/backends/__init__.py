@@ -33,4 +33,10 @@ def backend_class(backend: str) -> type[Backend]:
             f"unsupported backend '{backend}' (supported: {', '.join(SUPPORTED_BACKENDS)})"
         ) from None
     module_name, class_name = target.split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:  # e.g. torch or tensorrt not installed on this node
+        raise ModelConfigError(
+            f"backend '{backend}' cannot be used here: {type(err).__name__}: {err}"
+        ) from None
+    return getattr(module, class_name)

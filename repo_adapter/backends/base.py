@@ -69,9 +69,7 @@ class Backend(abc.ABC):
         self.instance = instance
 
     @classmethod
-    def auto_complete_config(
-        cls, config: mc.ModelConfig, model_dir: Path
-    ) -> None:
+    def auto_complete_config(cls, config: mc.ModelConfig, model_dir: Path) -> None:
         """Fill missing config fields from the model files (Triton's backend auto-complete).
 
         Called once per model at repository scan time, before normalisation. The default

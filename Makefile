@@ -1,0 +1,47 @@
+# rayton: two commands on a fresh machine.
+#   make serve   set up, generate the example repository, serve it on a local Ray cluster
+#   make test    set up and run every test (CI runs this through .ci/run)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXAMPLES := examples/model_repository
+
+.PHONY: setup examples serve test test-unit lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	# The reference tritonserver (Triton 2.51, Python backend) for conformance tests; its own
+	# pins (numpy<2) would clash with ours and the binary needs none of them.
+	$(BIN)/pip install --quiet --no-deps "nvidia-pytriton==0.7.0"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+$(EXAMPLES)/.generated: $(STAMP) examples/generate_repository.py examples/builders.py
+	$(BIN)/python -m examples.generate_repository --force
+	touch $@
+
+examples: $(EXAMPLES)/.generated
+
+serve: examples
+	$(BIN)/rayton serve --model-repository $(EXAMPLES)
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+test-unit: setup
+	$(BIN)/python -m pytest -q -m "not cluster and not reference"
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: examples
+	$(BIN)/python -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) $(EXAMPLES) examples/images

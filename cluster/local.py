@@ -1,0 +1,42 @@
+"""Starting (or joining) the Ray cluster that serves a repository."""
+
+from __future__ import annotations
+
+import os
+
+# Serve's fast ingress: HAProxy in front, requests straight to replicas, user code on the
+# replica's main loop. Set before Ray starts so the controller and proxies inherit them.
+FAST_INGRESS_ENV = {
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+}
+
+
+def start_ray(
+    address: str | None = None,
+    host: str = "127.0.0.1",
+    dashboard_port: int = 8265,
+    num_cpus: int | None = None,
+    fast_ingress: bool = True,
+) -> dict[str, str]:
+    """Join ``address`` or start a local cluster bound to ``host``; returns its endpoints."""
+    import ray
+
+    if fast_ingress:
+        for key, value in FAST_INGRESS_ENV.items():
+            os.environ.setdefault(key, value)
+    if address:
+        context = ray.init(address=address, logging_level="WARNING")
+    else:
+        context = ray.init(
+            num_cpus=num_cpus or os.cpu_count(),
+            include_dashboard=True,
+            dashboard_host=host,
+            dashboard_port=dashboard_port,
+            _node_ip_address=host,
+            logging_level="WARNING",
+        )
+    dashboard = context.dashboard_url or ""
+    if dashboard and not dashboard.startswith("http"):
+        dashboard = f"http://{dashboard}"
+    return {"dashboard": dashboard, "address": context.address_info.get("address", "")}

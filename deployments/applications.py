@@ -1,0 +1,160 @@
+"""A Triton repository as Serve applications: one per model, plus the server application.
+
+Each model gets an application with route prefix ``/v2/models/<name>`` whose single
+deployment is named after the model, so the proxy routes its requests straight to its
+replicas and YAML ``deployments:`` overrides work by model name. The builder functions
+here are the ``import_path`` targets of ``serve_config.yaml``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from ray.serve import Application
+
+from cluster.placement import placement_for
+from cluster.resources import cluster_gpu_ids
+from deployments.ensemble import EnsembleSpec, TritonEnsemble
+from deployments.model_deployment import ModelSpec, TritonModel
+from deployments.server_deployment import ServerSpec, TritonServer
+from repo_adapter.ensemble import member_names, validate_ensemble
+from repo_adapter.errors import InferenceServerError, ModelConfigError
+from repo_adapter.repository import RepositoryModel, scan_model, scan_repository
+
+logger = logging.getLogger(__name__)
+
+SERVER_APP_NAME = "rayton-server"
+MODEL_APP_IMPORT_PATH = "deployments.applications:build_model_app"
+SERVER_APP_IMPORT_PATH = "deployments.applications:build_server_app"
+
+
+class ModelAppArgs(BaseModel):
+    """``args`` of a model application in ``serve_config.yaml``."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model_repository: str
+    model: str
+
+
+class ServerAppArgs(BaseModel):
+    """``args`` of the server application in ``serve_config.yaml``."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model_repository: str
+    models: list[str] | None = None  # None: every model of the repository
+    model_control_mode: str = "none"
+    strict_readiness: bool = True
+
+
+@dataclass
+class AppPlan:
+    """One Serve application to deploy."""
+
+    name: str
+    route_prefix: str
+    import_path: str
+    args: dict[str, Any]
+    deployment_options: dict[str, Any] = field(default_factory=dict)
+
+
+def model_route_prefix(model: str) -> str:
+    return f"/v2/models/{model}"
+
+
+def scan_for_serving(
+    repository: str | Path, models: list[str] | None = None
+) -> dict[str, RepositoryModel]:
+    """Scan the repository and check ensembles against their members."""
+    scanned = scan_repository(repository, cluster_gpu_ids(), models)
+    configs = {name: m.config if m.available else None for name, m in scanned.items()}
+    for model in scanned.values():
+        if model.available and model.is_ensemble:
+            try:
+                missing = [m for m in member_names(model.config) if m not in scanned]
+                if missing and models is not None:  # members may be outside the selection
+                    extra = scan_repository(repository, cluster_gpu_ids(), missing)
+                    configs |= {n: m.config if m.available else None for n, m in extra.items()}
+                validate_ensemble(model.config, configs)
+            except ModelConfigError as err:
+                model.error = err.message
+    return scanned
+
+
+def plan_applications(
+    repository: str | Path,
+    models: list[str] | None = None,
+    model_control_mode: str = "none",
+) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
+    """Applications for the servable models of ``repository`` (all, or ``models``)."""
+    scanned = scan_for_serving(repository, models)
+    plans = []
+    for name, model in scanned.items():
+        if not model.available:
+            continue
+        placement = placement_for(model.config)
+        plans.append(
+            AppPlan(
+                name=name,
+                route_prefix=model_route_prefix(name),
+                import_path=MODEL_APP_IMPORT_PATH,
+                args={"model_repository": str(repository), "model": name},
+                deployment_options=placement.deployment_options(),
+            )
+        )
+    server_args = ServerAppArgs(
+        model_repository=str(repository), models=models, model_control_mode=model_control_mode
+    )
+    plans.insert(
+        0,
+        AppPlan(
+            name=SERVER_APP_NAME,
+            route_prefix="/",
+            import_path=SERVER_APP_IMPORT_PATH,
+            args=server_args.model_dump(exclude_defaults=True),
+            deployment_options={"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
+        ),
+    )
+    return plans, scanned
+
+
+def build_model_app(args: ModelAppArgs) -> Application:
+    """Serve application of one model (``import_path`` target)."""
+    if isinstance(args, dict):
+        args = ModelAppArgs.model_validate(args)
+    repository = Path(args.model_repository)
+    model = scan_model(repository / args.model, cluster_gpu_ids())
+    if model.available and model.is_ensemble:
+        scanned = scan_for_serving(repository, [args.model])
+        model = scanned[args.model]
+    if not model.available:
+        raise InferenceServerError(f"model '{args.model}' is unavailable: {model.error}")
+    placement = placement_for(model.config)
+    options = placement.deployment_options()
+    if model.is_ensemble:
+        spec = EnsembleSpec(
+            args.model, model.config.SerializeToString(), model.versions, model.labels
+        )
+        return TritonEnsemble.options(name=args.model, **options).bind(spec)
+    spec = ModelSpec.from_repository_model(model, placement.instance_kind, placement.group_name)
+    return TritonModel.options(name=args.model, **options).bind(spec)
+
+
+def build_server_app(args: ServerAppArgs) -> Application:
+    """The server application (``import_path`` target)."""
+    if isinstance(args, dict):
+        args = ServerAppArgs.model_validate(args)
+    scanned = scan_for_serving(args.model_repository, args.models)
+    spec = ServerSpec(
+        repository=args.model_repository,
+        deployed=[name for name, m in scanned.items() if m.available],
+        unavailable={name: m.error for name, m in scanned.items() if not m.available},
+        model_control_mode=args.model_control_mode,
+        strict_readiness=args.strict_readiness,
+    )
+    return TritonServer.options(
+        name="server", num_replicas=1, ray_actor_options={"num_cpus": 0}
+    ).bind(spec)

@@ -1,0 +1,249 @@
+"""Ensembles as a dataflow over model deployments (Triton's ensemble scheduler).
+
+A step runs as soon as all its input tensors exist; independent steps run concurrently.
+Each step is an ``infer`` call on the member's own deployment, so the member's dynamic
+batcher and replicas apply, exactly as Triton sends ensemble steps through each member's
+scheduler. Tensors stay numpy between steps (Ray's object store, zero-copy on one node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+from tritonclient.grpc import model_config_pb2 as mc
+
+from deployments.classification import classify
+from deployments.http.model_routes import ModelHttpEndpoints
+from deployments.statistics import ExecutionTiming, RequestOutcome, VersionStatistics
+from repo_adapter.config import config_to_json_dict
+from repo_adapter.datatypes import config_to_protocol
+from repo_adapter.ensemble import EnsembleStep, ensemble_steps
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.request_validation import RequestValidator, model_not_found
+
+MemberCall = Callable[[InferRequest], Awaitable[InferResponse]]
+
+
+class EnsembleService:
+    """Runs one ensemble; ``call_member`` sends a step's request to the member model."""
+
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        versions: list[int],
+        labels: dict[str, list[str]],
+        call_member: MemberCall,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.labels = labels
+        self.versions = versions
+        self._steps = ensemble_steps(config)
+        self._call_member = call_member
+        self._validator = RequestValidator(config)
+        self._config_json = config_to_json_dict(config)
+        self._batching = config.max_batch_size > 0
+        self._statistics = {v: VersionStatistics(self.name, str(v)) for v in versions}
+
+    # ------------------------------------------------------------------ protocol API
+
+    def _version(self, version: str) -> int:
+        if not version:
+            return max(self.versions)
+        if version.isdigit() and int(version) in self.versions:
+            return int(version)
+        raise model_not_found(self.name, version)
+
+    def is_ready(self, version: str = "") -> bool:
+        return not version or (version.isdigit() and int(version) in self.versions)
+
+    def state(self) -> dict[str, Any]:
+        return {str(v): {"state": "READY", "reason": ""} for v in self.versions}
+
+    def metadata(self, version: str = "") -> dict[str, Any]:
+        versions = [str(self._version(version))] if version else [str(v) for v in self.versions]
+        batch_dims = [-1] if self._batching else []
+        return {
+            "name": self.name,
+            "versions": versions,
+            "platform": "ensemble",
+            "inputs": [_tensor_metadata(t, batch_dims) for t in self.config.input],
+            "outputs": [_tensor_metadata(t, batch_dims) for t in self.config.output],
+        }
+
+    def model_config(self, version: str = "") -> dict[str, Any]:
+        self._version(version)
+        return self._config_json
+
+    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+        if version:
+            if not self.is_ready(version):
+                raise InferenceServerError(f"requested model '{self.name}' is not available")
+            return [self._statistics[int(version)].to_json()]
+        return [self._statistics[v].to_json() for v in self.versions]
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        version = self._version(request.model_version)
+        rows = self._validator.validate(request)
+        start_ns = time.monotonic_ns()
+        failed = True
+        try:
+            tensors = await self._run_steps(request)
+            failed = False
+        finally:
+            end_ns = time.monotonic_ns()
+            self._statistics[version].record_execution(
+                ExecutionTiming(start_ns, start_ns, end_ns, end_ns),
+                [RequestOutcome(start_ns, rows, failed)],
+            )
+        return self._response(request, version, tensors)
+
+    # ------------------------------------------------------------------ dataflow
+
+    async def _run_steps(self, request: InferRequest) -> dict[str, InferTensor]:
+        tensors = {t.name: t for t in request.inputs}
+        remaining = list(self._steps)
+        running: dict[asyncio.Task, EnsembleStep] = {}
+        try:
+            while remaining or running:
+                for step in [s for s in remaining if _inputs_ready(s, tensors)]:
+                    remaining.remove(step)
+                    task = asyncio.ensure_future(
+                        self._call_member(_step_request(step, request, tensors))
+                    )
+                    running[task] = step
+                if not running:
+                    raise InferenceServerError(
+                        f"in ensemble '{self.name}', unexpected deadlock, at least one output "
+                        "is not set while no more ensemble steps can be made",
+                        StatusCode.INTERNAL,
+                    )
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    step = running.pop(task)
+                    response = self._step_result(task)
+                    for member_output, ensemble_name in step.output_map.items():
+                        tensor = response.output(member_output)
+                        if tensor is not None:
+                            tensors[ensemble_name] = InferTensor(
+                                ensemble_name, tensor.datatype, tensor.data
+                            )
+        finally:
+            for task in running:
+                task.cancel()
+        return tensors
+
+    def _step_result(self, task: asyncio.Task) -> InferResponse:
+        try:
+            return task.result()
+        except InferenceServerError as err:
+            raise InferenceServerError(
+                f"in ensemble '{self.name}', {err.message}", err.code
+            ) from None
+        except Exception as err:
+            raise InferenceServerError(
+                f"in ensemble '{self.name}', {type(err).__name__}: {err}", StatusCode.INTERNAL
+            ) from None
+
+    def _response(
+        self, request: InferRequest, version: int, tensors: dict[str, InferTensor]
+    ) -> InferResponse:
+        wanted = request.outputs or [RequestedOutput(t.name) for t in self.config.output]
+        outputs = []
+        for output in wanted:
+            tensor = tensors.get(output.name)
+            if tensor is None:
+                raise InferenceServerError(
+                    f"in ensemble '{self.name}', output '{output.name}' is not set",
+                    StatusCode.INTERNAL,
+                )
+            if output.class_count > 0:
+                tensor = classify(
+                    tensor, output.class_count, self.labels.get(output.name), self._batching
+                )
+            outputs.append(tensor)
+        return InferResponse(self.name, str(version), outputs, id=request.id)
+
+
+def _inputs_ready(step: EnsembleStep, tensors: dict[str, InferTensor]) -> bool:
+    return all(name in tensors for name in step.input_map.values())
+
+
+def _step_request(
+    step: EnsembleStep, request: InferRequest, tensors: dict[str, InferTensor]
+) -> InferRequest:
+    return InferRequest(
+        model_name=step.model_name,
+        model_version=step.model_version,
+        id=request.id,
+        parameters=dict(request.parameters),
+        inputs=[
+            InferTensor(member_input, tensors[name].datatype, tensors[name].data)
+            for member_input, name in step.input_map.items()
+        ],
+        outputs=[RequestedOutput(name) for name in step.output_map],
+    )
+
+
+def _tensor_metadata(tensor, batch_dims: list[int]) -> dict[str, Any]:
+    return {
+        "name": tensor.name,
+        "datatype": config_to_protocol(tensor.data_type),
+        "shape": batch_dims + [int(d) for d in tensor.dims],
+    }
+
+
+@dataclass
+class EnsembleSpec:
+    name: str
+    config_bytes: bytes
+    versions: list[int]
+    labels: dict[str, list[str]] = field(default_factory=dict)
+
+
+@serve.deployment
+class TritonEnsemble:
+    """Serves one ensemble; members are other applications' model deployments."""
+
+    def __init__(self, spec: EnsembleSpec) -> None:
+        config = mc.ModelConfig()
+        config.ParseFromString(spec.config_bytes)
+        self._handles: dict[str, Any] = {}
+        self.service = EnsembleService(config, spec.versions, spec.labels, self._call_member)
+        self._http = ModelHttpEndpoints(self.service)
+
+    async def _call_member(self, request: InferRequest) -> InferResponse:
+        handle = self._handles.get(request.model_name)
+        if handle is None:
+            handle = serve.get_deployment_handle(request.model_name, app_name=request.model_name)
+            self._handles[request.model_name] = handle
+        return await handle.infer.remote(request)
+
+    async def __call__(self, request: Request) -> Response:
+        return await self._http.handle(request)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        return await self.service.infer(request)
+
+    def metadata(self, version: str = "") -> dict[str, Any]:
+        return self.service.metadata(version)
+
+    def model_config(self, version: str = "") -> dict[str, Any]:
+        return self.service.model_config(version)
+
+    def is_ready(self, version: str = "") -> bool:
+        return self.service.is_ready(version)
+
+    def state(self) -> dict[str, Any]:
+        return self.service.state()
+
+    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+        return self.service.statistics(version)

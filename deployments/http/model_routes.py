@@ -1,0 +1,112 @@
+"""HTTP endpoints under ``/v2/models/{model}``, answered by the model's own replicas.
+
+The proxy routes ``/v2/models/<name>`` straight to the model's Serve application, so
+metadata, readiness, config, statistics and inference need no extra hop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from deployments.http.codec import (
+    RawInputSpec,
+    decode_infer_request,
+    encode_error,
+    encode_infer_response,
+)
+from deployments.model_service import ModelService
+from repo_adapter.errors import InferenceServerError, StatusCode
+
+logger = logging.getLogger(__name__)
+
+_JSON = "application/json"
+NOT_FOUND = {"error": "Not Found"}
+METHOD_NOT_ALLOWED = {"error": "Method Not Allowed"}
+
+
+def json_response(payload: Any, status: int = 200) -> Response:
+    return Response(json.dumps(payload, separators=(",", ":")), status, media_type=_JSON)
+
+
+def error_response(err: InferenceServerError) -> Response:
+    status, body, headers = encode_error(err)
+    return Response(body, status, headers=headers)
+
+
+def split_model_path(path: str, model: str) -> tuple[str, str] | None:
+    """``/v2/models/m/versions/2/infer`` -> ``("2", "infer")``; None if not a model route."""
+    prefix = f"/v2/models/{model}"
+    if path != prefix and not path.startswith(prefix + "/"):
+        return None
+    parts = [p for p in path[len(prefix) :].split("/") if p]
+    version = ""
+    if parts and parts[0] == "versions":
+        if len(parts) < 2 or not parts[1].isdigit():
+            return None
+        version, parts = parts[1], parts[2:]
+    if len(parts) > 1:
+        return None
+    return version, (parts[0] if parts else "")
+
+
+class ModelHttpEndpoints:
+    """Dispatches one HTTP request for a model to its :class:`ModelService`."""
+
+    def __init__(self, service: ModelService) -> None:
+        self.service = service
+        # A body with Inference-Header-Content-Length 0 is the raw bytes of the only input.
+        self._raw_input = RawInputSpec.from_model_config(service.config)
+
+    async def handle(self, request: Request) -> Response:
+        route = split_model_path(request.url.path, self.service.name)
+        if route is None:
+            return json_response(NOT_FOUND, 404)
+        version, action = route
+        try:
+            if action == "infer":
+                if request.method != "POST":
+                    return json_response(METHOD_NOT_ALLOWED, 405)
+                return await self._infer(request, version)
+            if request.method != "GET":
+                return json_response(METHOD_NOT_ALLOWED, 405)
+            if action == "":
+                return json_response(self.service.metadata(version))
+            if action == "ready":
+                if self.service.is_ready(version):
+                    return Response(b"", 200)
+                return json_response({"error": "Model version not ready"}, 400)
+            if action == "config":
+                return json_response(self.service.model_config(version))
+            if action == "stats":
+                return json_response({"model_stats": self.service.statistics(version)})
+        except InferenceServerError as err:
+            return error_response(err)
+        except Exception as err:  # a bug must still answer in Triton's error format
+            logger.exception("model '%s': unhandled error on %s", self.service.name, request.url)
+            return error_response(
+                InferenceServerError(f"{type(err).__name__}: {err}", StatusCode.INTERNAL)
+            )
+        return json_response(NOT_FOUND, 404)
+
+    async def _infer(self, request: Request, version: str) -> Response:
+        body = await request.body()
+        try:
+            infer_request = decode_infer_request(
+                body,
+                request.headers,
+                model_name=self.service.name,
+                model_version=version,
+                raw_input=self._raw_input,
+            )
+            response = await self.service.infer(infer_request)
+            payload, headers = encode_infer_response(
+                response, infer_request, request.headers.get("accept-encoding")
+            )
+        except InferenceServerError as err:
+            return error_response(err)
+        return Response(payload, 200, headers=headers)

@@ -1,0 +1,195 @@
+"""One model with all its served versions, behind a transport-neutral API.
+
+The Serve deployment, the HTTP endpoints and (later) the gRPC servicer all call this:
+metadata, config, readiness, inference, statistics. Each version owns a backend instance
+and a :class:`DynamicBatcher`; loading failures are kept as the model's UNAVAILABLE reason
+instead of crashing the replica, as Triton keeps serving its other models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from deployments.batching import BatchPolicy, DynamicBatcher
+from deployments.classification import classify
+from deployments.statistics import VersionStatistics
+from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, backend_class
+from repo_adapter.config import config_to_json_dict
+from repo_adapter.datatypes import config_to_protocol
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference import InferRequest, InferResponse
+from repo_adapter.request_validation import RequestValidator, model_not_found
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VersionRunner:
+    """A loaded version: its backend instance, batcher and statistics."""
+
+    version: int
+    backend: Backend
+    batcher: DynamicBatcher
+    statistics: VersionStatistics
+
+
+class ModelService:
+    """Serves every selected version of one model from this process."""
+
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        model_dir: Path,
+        versions: Sequence[int],
+        labels: dict[str, list[str]],
+        instance: InstanceSpec,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.labels = labels
+        self._config_json = config_to_json_dict(config)
+        self._validator = RequestValidator(config)
+        self._policy = BatchPolicy.from_config(config)
+        self._batching = config.max_batch_size > 0
+        self.runners: dict[int, VersionRunner] = {}
+        self.errors: dict[int, str] = {}
+        for version in versions:
+            self._load_version(ModelVersion(self.name, version, config, model_dir), instance)
+
+    def _load_version(self, model: ModelVersion, instance: InstanceSpec) -> None:
+        try:
+            backend = backend_class(model.config.backend)(model, instance)
+            backend.load()
+        except InferenceServerError as err:
+            self.errors[model.version] = err.message
+            logger.error("failed to load '%s' version %d: %s", self.name, model.version, err)
+            return
+        except Exception as err:  # any exception from user or framework code
+            self.errors[model.version] = f"{type(err).__name__}: {err}"
+            logger.exception("failed to load '%s' version %d", self.name, model.version)
+            return
+        statistics = VersionStatistics(self.name, str(model.version))
+        batcher = DynamicBatcher(
+            f"{self.name}_{model.version}", self._policy, backend.execute, statistics
+        )
+        self.runners[model.version] = VersionRunner(model.version, backend, batcher, statistics)
+
+    # ------------------------------------------------------------------ lookups
+
+    @property
+    def ready_versions(self) -> list[int]:
+        return sorted(self.runners)
+
+    def is_ready(self, version: str = "") -> bool:
+        if not version:
+            return bool(self.runners)
+        return version.isdigit() and int(version) in self.runners
+
+    def _runner(self, version: str) -> VersionRunner:
+        if not version:
+            if not self.runners:
+                raise self._unavailable()
+            return self.runners[max(self.runners)]
+        if version.isdigit() and int(version) in self.runners:
+            return self.runners[int(version)]
+        if version.isdigit() and int(version) in self.errors:
+            raise self._unavailable(int(version))
+        raise model_not_found(self.name, version)
+
+    def _unavailable(self, version: int | None = None) -> InferenceServerError:
+        reasons = [self.errors[version]] if version is not None else list(self.errors.values())
+        reason = "; ".join(reasons) or "no version is loaded"
+        return InferenceServerError(
+            f"Request for unknown model: '{self.name}' is not ready: {reason}",
+            StatusCode.UNAVAILABLE,
+        )
+
+    def state(self) -> dict[str, Any]:
+        """Per-version state for the repository index: READY or UNAVAILABLE with reason."""
+        states = {str(v): {"state": "READY", "reason": ""} for v in self.runners}
+        states |= {str(v): {"state": "UNAVAILABLE", "reason": r} for v, r in self.errors.items()}
+        return states
+
+    # ------------------------------------------------------------------ protocol API
+
+    def metadata(self, version: str = "") -> dict[str, Any]:
+        """Triton's model metadata (``GET /v2/models/{m}[/versions/{v}]``)."""
+        if version:
+            self._runner(version)
+            versions = [version]
+        else:
+            if not self.runners:
+                raise self._unavailable()
+            versions = [str(v) for v in self.ready_versions]
+        batch_dims = [-1] if self._batching else []
+        return {
+            "name": self.name,
+            "versions": versions,
+            "platform": self.config.platform or self.config.backend,
+            "inputs": [_tensor_metadata(t, batch_dims) for t in self.config.input],
+            "outputs": [_tensor_metadata(t, batch_dims) for t in self.config.output],
+        }
+
+    def model_config(self, version: str = "") -> dict[str, Any]:
+        """The normalised config as ``/config`` renders it."""
+        self._runner(version)
+        return self._config_json
+
+    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+        """Statistics JSON entries of the ready versions (or of ``version``)."""
+        if version:
+            if not (version.isdigit() and int(version) in self.runners):
+                raise InferenceServerError(
+                    f"requested model '{self.name}' is not available", StatusCode.INVALID_ARG
+                )
+            return [self.runners[int(version)].statistics.to_json()]
+        return [self.runners[v].statistics.to_json() for v in self.ready_versions]
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Validate, queue, execute; returns only the requested outputs, classified if asked."""
+        runner = self._runner(request.model_version)
+        rows = self._validator.validate(request)
+        response = await runner.batcher.submit(request, rows)
+        response.model_name = self.name
+        response.model_version = str(runner.version)
+        response.id = request.id
+        return self._select_outputs(request, response)
+
+    def _select_outputs(self, request: InferRequest, response: InferResponse) -> InferResponse:
+        if not request.outputs:
+            return response
+        selected = []
+        for wanted in request.outputs:
+            tensor = response.output(wanted.name)
+            if tensor is None:
+                raise InferenceServerError(
+                    f"output '{wanted.name}' was not produced by model '{self.name}'",
+                    StatusCode.INTERNAL,
+                )
+            if wanted.class_count > 0:
+                tensor = classify(
+                    tensor, wanted.class_count, self.labels.get(wanted.name), self._batching
+                )
+            selected.append(tensor)
+        response.outputs = selected
+        return response
+
+    async def close(self) -> None:
+        for runner in self.runners.values():
+            await runner.batcher.close()
+            runner.backend.unload()
+        self.runners.clear()
+
+
+def _tensor_metadata(tensor, batch_dims: list[int]) -> dict[str, Any]:
+    return {
+        "name": tensor.name,
+        "datatype": config_to_protocol(tensor.data_type),
+        "shape": batch_dims + [int(d) for d in tensor.dims],
+    }

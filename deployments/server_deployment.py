@@ -1,0 +1,191 @@
+"""The server application (route ``/``): server metadata, health, repository index, stats.
+
+Everything under ``/v2/models/<name>`` for a deployed model goes straight to that model's
+application; this one answers the server-wide routes and every model path the proxy could
+not route (unknown models, models that failed to scan), with Triton's errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+
+from deployments.http.model_routes import (
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND,
+    error_response,
+    json_response,
+)
+from deployments.statistics import merge_statistics
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.request_validation import model_not_found
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "rayton"
+SERVER_VERSION = "0.1.0"
+# Extensions this server really implements (perf_analyzer reads "statistics").
+EXTENSIONS = [
+    "classification",
+    "model_repository",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+]
+_HANDLE_TIMEOUT_S = 5.0
+
+
+@dataclass
+class ServerSpec:
+    """The repository as scanned at build time."""
+
+    repository: str
+    deployed: list[str]  # model names with an application of their own
+    unavailable: dict[str, str] = field(default_factory=dict)  # model -> scan error
+    model_control_mode: str = "none"
+    strict_readiness: bool = True
+
+
+@serve.deployment
+class TritonServer:
+    """Answers the server-wide part of Triton's HTTP protocol."""
+
+    def __init__(self, spec: ServerSpec) -> None:
+        self.spec = spec
+        self._handles: dict[str, Any] = {}
+
+    def _handle(self, model: str):
+        if model not in self._handles:
+            self._handles[model] = serve.get_deployment_handle(model, app_name=model)
+        return self._handles[model]
+
+    async def _call(self, model: str, method: str, *args):
+        handle = getattr(self._handle(model), method)
+        return await asyncio.wait_for(handle.remote(*args), _HANDLE_TIMEOUT_S)
+
+    async def __call__(self, request: Request) -> Response:
+        path = request.url.path.rstrip("/") or "/"
+        method = request.method
+        try:
+            if path == "/v2":
+                return self._get_only(method) or json_response(self.server_metadata())
+            if path == "/v2/health/live":
+                return self._get_only(method) or Response(b"", 200)
+            if path == "/v2/health/ready":
+                ready = await self.server_ready()
+                return self._get_only(method) or Response(b"", 200 if ready else 400)
+            if path == "/v2/models/stats":
+                return self._get_only(method) or json_response(
+                    {"model_stats": await self.all_statistics()}
+                )
+            if path.startswith("/v2/repository/"):
+                return await self._repository(path, method, request)
+            if path.startswith("/v2/models/"):
+                return self._unrouted_model(path)
+        except InferenceServerError as err:
+            return error_response(err)
+        return json_response(NOT_FOUND, 404)
+
+    @staticmethod
+    def _get_only(method: str) -> Response | None:
+        return None if method == "GET" else json_response(METHOD_NOT_ALLOWED, 405)
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
+
+    async def server_ready(self) -> bool:
+        if self.spec.strict_readiness and self.spec.unavailable:
+            return False
+        try:
+            states = await asyncio.gather(*(self._call(m, "is_ready") for m in self.spec.deployed))
+        except Exception:  # a model app still deploying or failed: not ready
+            return False
+        return all(states)
+
+    async def all_statistics(self) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        for model in self.spec.deployed:
+            try:
+                entries.extend(await self._call(model, "statistics"))
+            except Exception:
+                logger.warning("no statistics from model '%s'", model)
+        by_version: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for entry in entries:
+            by_version.setdefault((entry["name"], entry["version"]), []).append(entry)
+        return [merge_statistics(group) for group in by_version.values()]
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        index: list[dict[str, Any]] = []
+        for model in sorted({*self.spec.deployed, *self.spec.unavailable}):
+            if model in self.spec.unavailable:
+                if not ready_only:
+                    index.append(
+                        {
+                            "name": model,
+                            "state": "UNAVAILABLE",
+                            "reason": self.spec.unavailable[model],
+                        }
+                    )
+                continue
+            try:
+                states = await self._call(model, "state")
+            except Exception as err:
+                states = {"": {"state": "UNAVAILABLE", "reason": f"not deployed: {err}"}}
+            for version, state in sorted(states.items()):
+                if ready_only and state["state"] != "READY":
+                    continue
+                entry = {"name": model, "version": version} if version else {"name": model}
+                index.append(entry | {"state": state["state"], "reason": state["reason"]})
+        return index
+
+    async def _repository(self, path: str, method: str, request: Request) -> Response:
+        if method != "POST":
+            return json_response(METHOD_NOT_ALLOWED, 405)
+        if path == "/v2/repository/index" or (path.endswith("/index") and path.count("/") == 4):
+            body = await request.body()
+            ready_only = False
+            if body:
+                try:
+                    ready_only = bool(json.loads(body).get("ready", False))
+                except (ValueError, AttributeError):
+                    raise InferenceServerError("failed to parse the request JSON buffer") from None
+            return json_response(await self.repository_index(ready_only))
+        parts = path.split("/")
+        if len(parts) == 6 and parts[3] == "models" and parts[5] in ("load", "unload"):
+            if self.spec.model_control_mode != "explicit":
+                raise InferenceServerError(
+                    "explicit model load / unload is not allowed if polling is enabled",
+                    StatusCode.UNAVAILABLE,
+                )
+            raise InferenceServerError(
+                "model load / unload through the repository API is not supported yet; "
+                "redeploy with 'serve deploy' or 'rayton serve --load-model'",
+                StatusCode.UNSUPPORTED,
+            )
+        return json_response(NOT_FOUND, 404)
+
+    def _unrouted_model(self, path: str) -> Response:
+        parts = [p for p in path.split("/") if p]
+        model = parts[2] if len(parts) > 2 else ""
+        version = parts[4] if len(parts) > 4 and parts[3] == "versions" else ""
+        action = parts[-1] if len(parts) in (4, 6) else ""
+        if model in self.spec.unavailable:
+            if action == "ready":
+                return json_response({"error": "Model version not ready"}, 400)
+            reason = self.spec.unavailable[model]
+            return error_response(
+                InferenceServerError(
+                    f"Request for unknown model: '{model}' is not ready: {reason}",
+                    StatusCode.UNAVAILABLE,
+                )
+            )
+        return error_response(model_not_found(model, version))

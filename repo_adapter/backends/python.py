@@ -1,0 +1,455 @@
+"""Triton's Python backend, in process: ``TritonPythonModel`` classes from ``model.py``.
+
+Each backend instance is one Triton model instance. It imports ``model.py`` as its own module,
+instantiates ``TritonPythonModel`` and calls ``initialize(args)``. ``execute`` receives the
+batch as a list of ``pb_utils.InferenceRequest`` objects, one per client request and never a
+stacked tensor, exactly as under Triton; the returned responses are checked with Triton's rules
+and converted back.
+
+Threading: a synchronous ``execute`` runs on one dedicated worker thread per instance, so the
+replica's event loop never blocks and a model always sees the same thread (``initialize`` and
+``finalize`` run there too). An ``async def execute`` is awaited on the event loop itself. BLS
+``exec()`` from the worker thread runs the request on that loop (see
+:mod:`repo_adapter.python_backend.runtime`). One batch runs per instance at a time.
+
+Unsupported: decoupled models (``model_transaction_policy { decoupled: true }``) fail to load
+with UNSUPPORTED, since a backend returns exactly one response per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Sequence
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from repo_adapter.backends.base import Backend, ExecuteResult, InstanceSpec, ModelVersion
+from repo_adapter.config import config_to_json_dict, config_to_json_text
+from repo_adapter.datatypes import config_to_protocol
+from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
+from repo_adapter.inference import InferRequest, InferResponse, InferTensor
+from repo_adapter.python_backend import model_loader, runtime
+from repo_adapter.python_backend.dtypes import as_protocol_array, enum_to_protocol
+from repo_adapter.python_backend.errors import TritonModelException
+from repo_adapter.python_backend.inference import (
+    TRITONSERVER_REQUEST_RELEASE_ALL,
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+    InferenceRequest,
+    InferenceResponse,
+    error_from_response,
+    from_infer_request,
+    request_state,
+)
+from repo_adapter.python_backend.model_config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_FILENAME = "model.py"
+_AUTO_COMPLETE_HOOK = "auto_complete_config"
+
+# Per-request outcomes of one execute call, before conversion.
+_RESCHEDULE = object()
+_PENDING = object()
+
+
+class _ContractError(Exception):
+    """The execute return breaks Triton's rules; the message is reported without a type."""
+
+
+class PythonBackend(Backend):
+    """A Triton Python model instance (``backend: "python"``)."""
+
+    name = "python"
+
+    def __init__(self, model: ModelVersion, instance: InstanceSpec) -> None:
+        super().__init__(model, instance)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"{instance.name}-python"
+        )
+        self._module_name = model_loader.unique_module_name(
+            model.name, model.version, instance.name
+        )
+        self._model: Any = None
+        self._async_execute = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._output_datatypes = {
+            o.name: config_to_protocol(o.data_type) for o in self.config.output
+        }
+        self._default_outputs = [o.name for o in self.config.output]
+
+    @property
+    def model_file(self) -> Path:
+        """The model.py this instance runs."""
+        filename = self.config.default_model_filename or DEFAULT_MODEL_FILENAME
+        return self.model.version_dir / filename
+
+    # -----------------------------------------------------------------------------------------
+    # auto-complete (repository scan time)
+
+    @classmethod
+    def auto_complete_config(cls, config: mc.ModelConfig, model_dir: Path) -> None:
+        """Run ``TritonPythonModel.auto_complete_config`` of the latest version's model.py.
+
+        model.py is always compiled, so a syntax error makes the model unavailable at scan time
+        as in Triton. It is only imported (running its top-level code in the scanning process)
+        when its source mentions ``auto_complete_config``: importing every model here would
+        pull each model's dependencies into the controller.
+
+        Raises:
+            ModelConfigError: for an unreadable or broken model.py, a failing hook, or a result
+                that is not a valid configuration.
+        """
+        from repo_adapter.repository import available_versions  # repository imports backends
+
+        versions = available_versions(model_dir)
+        if not versions:
+            return  # the scan reports the missing version directory
+        version_dir = model_dir / str(versions[-1])
+        path = version_dir / (config.default_model_filename or DEFAULT_MODEL_FILENAME)
+        if not path.is_file():
+            return  # the scan reports the missing model file
+        try:
+            source = model_loader.check_syntax(path)
+        except model_loader.ModelFileError as err:
+            raise ModelConfigError(str(err)) from None
+        if _AUTO_COMPLETE_HOOK not in source:
+            return
+        module_name = model_loader.unique_module_name(config.name, "auto_complete")
+        try:
+            module = model_loader.import_model_file(path, module_name)
+            model_cls = model_loader.model_class(module, path)
+            hook = getattr(model_cls, _AUTO_COMPLETE_HOOK, None)
+            if hook is None:
+                return
+            completed = _run_auto_complete(hook, config, version_dir)
+        except model_loader.ModelFileError as err:
+            raise ModelConfigError(str(err)) from None
+        finally:
+            model_loader.forget_module(module_name)
+        # The hook may not rename the model or move it to another backend.
+        completed.name = config.name
+        completed.backend = config.backend
+        config.CopyFrom(completed)
+
+    # -----------------------------------------------------------------------------------------
+    # load / unload
+
+    def load(self) -> None:
+        """Import model.py, create ``TritonPythonModel`` and call its ``initialize(args)``.
+
+        Raises:
+            InferenceServerError: UNSUPPORTED for decoupled models; UNAVAILABLE when model.py
+                cannot be imported or ``initialize`` raises (the message says why).
+        """
+        if self.config.model_transaction_policy.decoupled:
+            raise InferenceServerError(
+                f"decoupled models are not supported yet: model '{self.model.name}' sets "
+                "model_transaction_policy { decoupled: true }",
+                StatusCode.UNSUPPORTED,
+            )
+        self._loop = _running_loop()
+        if self._loop is not None:
+            runtime.bind_event_loop(self._loop)
+        try:
+            self._executor.submit(self._load_on_worker).result()
+        except BaseException:
+            # A failed instance is discarded, never loaded again: release its worker thread.
+            self._executor.shutdown(wait=False)
+            raise
+
+    def _load_on_worker(self) -> None:
+        path = self.model_file
+        try:
+            module = model_loader.import_model_file(path, self._module_name)
+            model_cls = model_loader.model_class(module, path)
+        except model_loader.ModelFileError as err:
+            raise InferenceServerError(str(err), StatusCode.UNAVAILABLE) from None
+        try:
+            with self._call("initialize"):
+                instance = model_cls()
+                initialize = getattr(instance, "initialize", None)
+                if initialize is not None:
+                    _finish(initialize(self.initialize_args()))
+        except Exception as err:
+            model_loader.forget_module(self._module_name)
+            message = (
+                f"failed to initialize Python model '{self.model.name}' instance "
+                f"'{self.instance.name}': {type(err).__name__}: {err}"
+            )
+            logger.error(message, exc_info=err)
+            raise InferenceServerError(message, StatusCode.UNAVAILABLE) from None
+        execute = getattr(instance, "execute", None)
+        if not callable(execute):
+            model_loader.forget_module(self._module_name)
+            raise InferenceServerError(
+                f"Python model '{path}' does not implement `execute` method.",
+                StatusCode.UNAVAILABLE,
+            )
+        self._async_execute = inspect.iscoroutinefunction(execute)
+        self._model = instance
+
+    def initialize_args(self) -> dict[str, str]:
+        """The ``args`` dict Triton passes to ``initialize``: every value a string."""
+        return {
+            "model_config": config_to_json_text(self.config),
+            "model_instance_kind": self.instance.kind.removeprefix("KIND_"),
+            "model_instance_name": self.instance.name,
+            "model_instance_device_id": str(self.instance.device_id),
+            "model_repository": str(self.model.model_dir),
+            "model_version": str(self.model.version),
+            "model_name": self.model.name,
+        }
+
+    def unload(self) -> None:
+        """Call ``finalize()`` (errors are logged, as Triton does) and drop the module."""
+        model, self._model = self._model, None
+        if model is not None and hasattr(model, "finalize"):
+            try:
+                self._executor.submit(self._finalize_on_worker, model).result()
+            except Exception as err:
+                logger.error(
+                    "finalize() of Python model '%s' instance '%s' failed: %s: %s",
+                    self.model.name,
+                    self.instance.name,
+                    type(err).__name__,
+                    err,
+                )
+        self._executor.shutdown(wait=False)
+        model_loader.forget_module(self._module_name)
+
+    def _finalize_on_worker(self, model: Any) -> None:
+        with self._call("finalize"):
+            _finish(model.finalize())
+
+    # -----------------------------------------------------------------------------------------
+    # execute
+
+    async def execute(self, requests: Sequence[InferRequest]) -> ExecuteResult:
+        """Run ``TritonPythonModel.execute`` on the list of requests; one result per request.
+
+        A failing ``execute`` (an exception, or a return that breaks Triton's rules) fails
+        every request of the batch with INTERNAL; a response carrying a ``TritonError`` fails
+        only its request, with the error's code. Rescheduled requests
+        (``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``) run again in a following call.
+        """
+        if self._model is None:
+            raise InferenceServerError(
+                f"Python model '{self.model.name}' instance '{self.instance.name}' is not loaded",
+                StatusCode.UNAVAILABLE,
+            )
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        runtime.bind_event_loop(loop)
+        pb_requests = [from_infer_request(r, self._default_outputs) for r in requests]
+        outcomes: list[Any] = [None] * len(pb_requests)
+        try:
+            pending = list(range(len(pb_requests)))
+            while pending:
+                batch = [pb_requests[i] for i in pending]
+                try:
+                    returned = await self._call_execute(batch, loop)
+                    matched = self._match_responses(batch, returned)
+                except Exception as err:
+                    message = self._batch_error_message(err)
+                    for i in pending:
+                        outcomes[i] = InferenceServerError(message, StatusCode.INTERNAL)
+                    break
+                rescheduled = []
+                for i, outcome in zip(pending, matched, strict=True):
+                    if outcome is _RESCHEDULE:
+                        request_state(
+                            pb_requests[i]
+                        ).release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+                        rescheduled.append(i)
+                    else:
+                        outcomes[i] = outcome
+                pending = rescheduled
+            return [
+                await self._result(pb_requests[i], request, outcomes[i])
+                for i, request in enumerate(requests)
+            ]
+        except asyncio.CancelledError:
+            # The caller gave up: let is_cancelled() tell a still-running execute.
+            for pb_request in pb_requests:
+                request_state(pb_request).cancelled = True
+            raise
+
+    def _execute_lock(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
+        if self._lock is None or self._lock[0] is not loop:
+            self._lock = (loop, asyncio.Lock())
+        return self._lock[1]
+
+    async def _call_execute(
+        self, batch: list[InferenceRequest], loop: asyncio.AbstractEventLoop
+    ) -> Any:
+        async with self._execute_lock(loop):
+            if self._async_execute:
+                with self._call("execute", loop):
+                    return await self._model.execute(list(batch))
+            return await loop.run_in_executor(self._executor, self._execute_on_worker, batch, loop)
+
+    def _execute_on_worker(
+        self, batch: list[InferenceRequest], loop: asyncio.AbstractEventLoop
+    ) -> Any:
+        with self._call("execute", loop):
+            result = self._model.execute(list(batch))
+            if inspect.isawaitable(result):
+                # execute returned an awaitable without being "async def" (a decorated
+                # coroutine function): run it on the event loop, as async execute would.
+                return runtime.run_blocking(lambda: _await(result), "execute()")
+            return result
+
+    def _match_responses(self, batch: list[InferenceRequest], returned: Any) -> list[Any]:
+        """Triton's checks of the execute return; responses go through the request's sender."""
+        if returned is None:
+            entries: list[Any] = [None] * len(batch)  # responses come through the senders
+        elif not isinstance(returned, list):
+            raise _ContractError(
+                f"Expected a list in the execute return, found type '{type(returned)}'."
+            )
+        elif len(returned) != len(batch):
+            raise _ContractError(
+                "Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{len(batch)}, and "
+                f"InferenceResponse(s) size is:{len(returned)}"
+            )
+        else:
+            entries = returned
+        matched = []
+        for request, entry in zip(batch, entries, strict=True):
+            state = request_state(request)
+            if state.release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                if entry is not None:
+                    raise _ContractError(
+                        "Expected a None object in the execute function return list for "
+                        f"rescheduled request, found type '{type(entry)}'."
+                    )
+                matched.append(_RESCHEDULE)
+                continue
+            if entry is not None:
+                if not isinstance(entry, InferenceResponse):
+                    raise _ContractError(
+                        "Expected an 'InferenceResponse' object in the execute function return "
+                        f"list, found type '{type(entry)}'."
+                    )
+                try:
+                    state.send(entry, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                except TritonModelException as err:
+                    raise _ContractError(str(err)) from None
+            matched.append(_PENDING)
+        return matched
+
+    async def _result(
+        self, pb_request: InferenceRequest, request: InferRequest, outcome: Any
+    ) -> InferResponse | InferenceServerError:
+        if isinstance(outcome, InferenceServerError):
+            return outcome
+        state = request_state(pb_request)
+        if not state.response.done():
+            if not state.sender_requested or state.closed:
+                return InferenceServerError(
+                    f"Python model '{self.model.name}' returned no response for request "
+                    f"'{request.id}' and did not send one",
+                    StatusCode.INTERNAL,
+                )
+            # The model returned None and keeps the sender: its response may come from
+            # another thread after execute returned.
+            await asyncio.wrap_future(state.response)
+        return self._convert_response(pb_request, request, state.response.result())
+
+    def _convert_response(
+        self, pb_request: InferenceRequest, request: InferRequest, response: InferenceResponse
+    ) -> InferResponse | InferenceServerError:
+        if response.has_error():
+            return error_from_response(response)
+        requested = pb_request.requested_output_names()
+        outputs = []
+        try:
+            for tensor in response.output_tensors():
+                name = tensor.name()
+                if requested and name not in requested:
+                    continue  # Triton prunes outputs the request did not ask for
+                datatype = self._output_datatypes.get(name) or enum_to_protocol(
+                    tensor.triton_dtype()
+                )
+                array = as_protocol_array(tensor._host_array(), datatype)
+                outputs.append(InferTensor(name, datatype, array))
+            parameters = json.loads(response.parameters())
+        except Exception as err:
+            return InferenceServerError(
+                f"failed to read the response of Python model '{self.model.name}': "
+                f"{type(err).__name__}: {err}",
+                StatusCode.INTERNAL,
+            )
+        return InferResponse(
+            model_name=self.model.name,
+            model_version=str(self.model.version),
+            outputs=outputs,
+            id=request.id,
+            parameters=parameters,
+        )
+
+    def _batch_error_message(self, err: Exception) -> str:
+        detail = str(err) if isinstance(err, _ContractError) else f"{type(err).__name__}: {err}"
+        message = (
+            f"Failed to process the request(s) for model instance '{self.instance.name}', "
+            f"message: {detail}"
+        )
+        logger.error(message, exc_info=None if isinstance(err, _ContractError) else err)
+        return message
+
+    def _call(self, phase: str, loop: asyncio.AbstractEventLoop | None = None) -> Any:
+        return runtime.model_call(
+            phase, self.model.name, self.model.version_dir, loop or self._loop
+        )
+
+
+def _run_auto_complete(hook: Any, config: mc.ModelConfig, version_dir: Path) -> mc.ModelConfig:
+    """Call the hook on a ModelConfig wrapping ``config``; its result as a protobuf config."""
+    wrapper = ModelConfig(config_to_json_dict(config))
+    try:
+        with runtime.model_call("auto_complete", config.name, version_dir, None):
+            result = hook(wrapper)
+    except Exception as err:
+        raise ModelConfigError(
+            f"auto_complete_config of Python model '{config.name}' failed: "
+            f"{type(err).__name__}: {err}"
+        ) from None
+    if not isinstance(result, ModelConfig):
+        raise ModelConfigError(
+            f"auto_complete_config function in model '{config.name}' must return a valid "
+            "pb.ModelConfig object."
+        )
+    try:
+        return json_format.ParseDict(result.as_dict(), mc.ModelConfig())
+    except (json_format.ParseError, TypeError, ValueError) as err:
+        raise ModelConfigError(
+            f"auto_complete_config of Python model '{config.name}' returned an invalid "
+            f"configuration: {err}"
+        ) from None
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _finish(result: Any) -> None:
+    """Complete an ``async def initialize``/``finalize`` on the worker thread's own loop."""
+    if inspect.isawaitable(result):
+        asyncio.run(_await(result))

@@ -1,0 +1,156 @@
+"""Hooks the serving layer installs, and the context of the model call in progress.
+
+``triton_python_backend_utils`` functions that reach outside the model (BLS ``exec()``,
+``load_model()``) cannot know which server they run in. The serving layer installs:
+
+* a BLS dispatcher with :func:`set_bls_dispatcher`: an async callable taking a
+  :class:`repo_adapter.inference.InferRequest` and returning an
+  :class:`repo_adapter.inference.InferResponse`, or raising
+  :class:`repo_adapter.errors.InferenceServerError`;
+* optionally a model repository hook with :func:`set_model_repository_hook`, which serves
+  ``pb_utils.load_model`` / ``unload_model`` / ``is_model_ready``.
+
+Both are awaited on the event loop the python backend runs on (the replica's loop). A
+synchronous ``execute`` runs on a worker thread, so a blocking ``exec()`` submits the coroutine
+to that loop with :func:`asyncio.run_coroutine_threadsafe` and waits; the loop is free because
+the backend awaits the worker thread. The loop comes from the context of the model call (set
+by the backend around ``initialize``/``execute``/``finalize``), or, for threads the model starts
+itself, from the last loop bound with :func:`bind_event_loop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from repo_adapter.inference import InferRequest, InferResponse
+
+BlsDispatcher = Callable[[InferRequest], Awaitable[InferResponse]]
+
+
+class ModelRepositoryHook(Protocol):
+    """What ``pb_utils.load_model``/``unload_model``/``is_model_ready`` call.
+
+    Each method may be synchronous or return an awaitable (awaited on the backend's loop). A
+    failure is reported by raising; the message reaches the model as a TritonModelException.
+    """
+
+    def load_model(self, model_name: str, config: str, files: dict[str, bytes] | None) -> Any:
+        """Load or reload ``model_name``, optionally with a JSON config override and files."""
+
+    def unload_model(self, model_name: str, unload_dependents: bool) -> Any:
+        """Unload ``model_name``."""
+
+    def is_model_ready(self, model_name: str, model_version: str) -> Any:
+        """Whether ``model_name`` (``model_version``, "" for any) is ready."""
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """The model method running in the current thread or task."""
+
+    phase: str  # "auto_complete", "initialize", "execute" or "finalize"
+    model_name: str
+    version_dir: Path | None
+    loop: asyncio.AbstractEventLoop | None
+
+
+class LoopUnavailableError(RuntimeError):
+    """A coroutine cannot be run to completion from here (no loop, or it would deadlock)."""
+
+
+_current_call: contextvars.ContextVar[ModelCall | None] = contextvars.ContextVar(
+    "rayton_python_model_call", default=None
+)
+_state: dict[str, Any] = {"dispatcher": None, "repository_hook": None, "loop": None}
+
+
+def set_bls_dispatcher(dispatcher: BlsDispatcher | None) -> None:
+    """Install (or with None remove) the async callable that runs BLS requests."""
+    _state["dispatcher"] = dispatcher
+
+
+def get_bls_dispatcher() -> BlsDispatcher | None:
+    """The installed BLS dispatcher, or None."""
+    return _state["dispatcher"]
+
+
+def set_model_repository_hook(hook: ModelRepositoryHook | None) -> None:
+    """Install (or with None remove) the hook behind ``pb_utils.load_model`` and friends."""
+    _state["repository_hook"] = hook
+
+
+def get_model_repository_hook() -> ModelRepositoryHook | None:
+    """The installed model repository hook, or None."""
+    return _state["repository_hook"]
+
+
+def bind_event_loop(loop: asyncio.AbstractEventLoop | None) -> None:
+    """The loop used by BLS calls made outside a model call (threads the model started)."""
+    _state["loop"] = loop
+
+
+@contextlib.contextmanager
+def model_call(
+    phase: str,
+    model_name: str,
+    version_dir: Path | None,
+    loop: asyncio.AbstractEventLoop | None,
+) -> Iterator[ModelCall]:
+    """Mark the current thread/task as running a model method (restored on exit)."""
+    call = ModelCall(phase, model_name, version_dir, loop)
+    token = _current_call.set(call)
+    try:
+        yield call
+    finally:
+        _current_call.reset(token)
+
+
+def current_call() -> ModelCall | None:
+    """The model call in progress in this thread/task, or None."""
+    return _current_call.get()
+
+
+def _target_loop() -> asyncio.AbstractEventLoop | None:
+    call = _current_call.get()
+    if call is not None and call.loop is not None:
+        return call.loop
+    return _state["loop"]
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def run_blocking(make_coroutine: Callable[[], Coroutine[Any, Any, Any]], what: str) -> Any:
+    """Run a coroutine on the backend's loop from synchronous code and return its result.
+
+    Raises:
+        LoopUnavailableError: when no loop is running, or when the caller *is* that loop's
+            thread (waiting would deadlock it: use the async variant there).
+    """
+    loop = _target_loop()
+    if loop is None or loop.is_closed() or not loop.is_running():
+        raise LoopUnavailableError(f"{what} needs a running server event loop and none is bound")
+    if _running_loop() is loop:
+        raise LoopUnavailableError(
+            f"{what} would block the event loop that has to serve it; in 'async def execute' "
+            "use the awaitable variant (await request.async_exec())"
+        )
+    return asyncio.run_coroutine_threadsafe(make_coroutine(), loop).result()
+
+
+async def run_async(make_coroutine: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Await a coroutine on the backend's loop from any running loop."""
+    loop = _target_loop()
+    if loop is None or loop is _running_loop() or loop.is_closed() or not loop.is_running():
+        return await make_coroutine()
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(make_coroutine(), loop))

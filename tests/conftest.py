@@ -1,0 +1,111 @@
+"""Shared fixtures: one real local Ray cluster + Serve per test session, and generated repositories.
+
+Cluster tests are marked ``cluster``; everything binds to 127.0.0.1 and test servers get
+OS-assigned ports outside Ray's worker (10002-19999) and HAProxy (30000-31000,
+40000-41000) ranges.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on by default
+
+_RAY_PORT_RANGES = ((10002, 19999), (30000, 31000), (40000, 41000))
+
+
+def free_port() -> int:
+    """An unused loopback port outside the ranges Ray hands to its workers and ingress."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if not any(low <= port <= high for low, high in _RAY_PORT_RANGES):
+            return port
+
+
+@dataclass
+class ServeCluster:
+    """A running local Ray cluster with Serve's HTTP proxy on ``http_url``."""
+
+    http_port: int
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def deploy_repository(self, repository: Path, models: list[str] | None = None) -> list[str]:
+        """Deploy a repository's applications (server app included); returns app names."""
+        from ray import serve
+        from ray.serve.api import RunTarget
+
+        from deployments.applications import (
+            build_model_app,
+            build_server_app,
+            plan_applications,
+        )
+
+        plans, _ = plan_applications(repository, models)
+        targets = []
+        for plan in plans:
+            builder = build_server_app if plan.route_prefix == "/" else build_model_app
+            targets.append(
+                RunTarget(builder(plan.args), name=plan.name, route_prefix=plan.route_prefix)
+            )
+        serve.run_many(targets, wait_for_applications_running=True)
+        return [plan.name for plan in plans]
+
+    def delete(self, app_names: list[str], timeout_s: float = 60.0) -> None:
+        """Delete applications concurrently (serve.delete one by one takes ~3 s each)."""
+        import time
+
+        from ray import serve
+
+        for name in app_names:
+            serve.delete(name, _blocking=False)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not set(app_names) & set(serve.status().applications):
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"applications not deleted within {timeout_s} s: {app_names}")
+
+
+@pytest.fixture(scope="session")
+def serve_cluster() -> Iterator[ServeCluster]:
+    """One Ray cluster and Serve instance for the whole test session."""
+    import ray
+    from ray import serve
+
+    ray.init(
+        num_cpus=8,  # logical: replicas reserve fractions; the machine has 2 real cores
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        object_store_memory=256 * 1024**2,
+        logging_level="WARNING",
+        log_to_driver=bool(os.environ.get("RAYTON_TEST_RAY_LOGS")),
+    )
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield ServeCluster(http_port=port)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def example_repository(tmp_path_factory) -> Path:
+    """The example repository, generated the way the README's set-up generates it."""
+    from examples.generate_repository import generate_repository, write_sample_images
+
+    root = tmp_path_factory.mktemp("example") / "model_repository"
+    generate_repository(root)
+    write_sample_images(root.parent / "images")
+    return root

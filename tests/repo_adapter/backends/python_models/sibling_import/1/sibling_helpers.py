@@ -1,0 +1,2 @@
+def triple(array):
+    return array * 3

@@ -1,0 +1,1 @@
+"""Developer tools for the test suite (reference captures); not collected as tests."""
