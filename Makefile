@@ -30,7 +30,7 @@ examples: $(EXAMPLES)/.generated
 serve: examples
 	$(BIN)/rayton serve --model-repository $(EXAMPLES)
 
-test: setup
+test: examples
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

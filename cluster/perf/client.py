@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from cluster.perf.config import GRPC, HTTP, PerfError
+from cluster.perf.config import GRPC, HTTP
 
 # gRPC: workers that share one channel (HTTP/2 multiplexes them); beyond this we open another
 # channel so a single connection's flow control is not what limits the load.

@@ -161,7 +161,7 @@ def parse_range(text: str, kind: type = int) -> list:
         raise PerfError(f"invalid range {text!r}: end must be >= start")
     if step <= 0:
         raise PerfError(f"invalid range {text!r}: step must be > 0")
-    count = int(math.floor((end - start) / step + 1e-9)) + 1
+    count = math.floor((end - start) / step + 1e-9) + 1
     if count > MAX_LEVELS:
         raise PerfError(f"range {text!r} has {count} levels; at most {MAX_LEVELS} allowed")
     if kind is int:

@@ -107,7 +107,8 @@ def model_info_from(
     info = ModelInfo(
         name=metadata.get("name", ""),
         version=version,
-        platform=metadata.get("platform", "") or config.get("platform", "")
+        platform=metadata.get("platform", "")
+        or config.get("platform", "")
         or config.get("backend", ""),
         max_batch_size=max_batch_size,
         inputs=tensors(metadata.get("inputs", []), config_inputs),

@@ -1,0 +1,93 @@
+"""``serve run serve_config.yaml`` (the committed config) serves the example and stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+import yaml
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of the process session ``sid`` (the server and all it started)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # field 6 of stat: session id
+            pids.append(int(entry.name))
+    return pids
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 1.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return False
+
+
+def ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def test_serve_run_committed_config(tmp_path, example_repository):
+    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    port = free_port()
+    config["http_options"]["port"] = port
+    (tmp_path / "serve_config.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "model_repository").symlink_to(example_repository)
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    env.pop("RAY_ADDRESS", None)
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "serve"), "run", "serve_config.yaml"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"127.0.0.1:{port}"
+    try:
+        assert wait_until(lambda: ready(url), 240), "serve run never became ready"
+        with httpclient.InferenceServerClient(url) as client:
+            inputs = [
+                httpclient.InferInput("INPUT0", [4], "FP32"),
+                httpclient.InferInput("INPUT1", [4], "FP32"),
+            ]
+            inputs[0].set_data_from_numpy(np.ones(4, np.float32))
+            inputs[1].set_data_from_numpy(np.ones(4, np.float32))
+            result = client.infer("add_sub", inputs)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full(4, 2.0))
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=120)
+        assert wait_until(lambda: not session_pids(server.pid), 60), (
+            f"processes left running after SIGINT: {session_pids(server.pid)}"
+        )
+    finally:
+        for pid in session_pids(server.pid):
+            os.kill(pid, signal.SIGKILL)
