@@ -26,6 +26,8 @@ DEFAULT_CPU_INSTANCE_NUM_CPUS = 0.25
 # requests per replica, so the cap must leave room for full batches to form.
 MIN_MAX_ONGOING_REQUESTS = 64
 ENSEMBLE_MAX_ONGOING_REQUESTS = 256
+# In-flight requests get this long to finish when a replica stops (Serve's default is 20 s).
+GRACEFUL_SHUTDOWN_TIMEOUT_S = 5
 
 
 @dataclass
@@ -42,6 +44,7 @@ class ReplicaPlacement:
         return {
             "num_replicas": self.num_replicas,
             "max_ongoing_requests": self.max_ongoing_requests,
+            "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_TIMEOUT_S,
             "ray_actor_options": dict(self.ray_actor_options),
         }
 

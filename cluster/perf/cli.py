@@ -33,7 +33,7 @@ from cluster.perf.report import (
     write_csv,
     write_plot,
 )
-from cluster.perf.result import CONCURRENCY, REQUEST_RATE, LevelResult
+from cluster.perf.result import CONCURRENCY, REQUEST_RATE, LevelResult, format_number
 from cluster.perf.runner import Profiler
 
 
@@ -266,11 +266,14 @@ async def _profile(
                     result = await prof.run_level(request_rate=level)
                 results.append(result)
                 say(format_level(result, config.protocol, config.percentile))
+                for warning in result.warnings:
+                    print(warning, file=err)
                 if not result.stable:
                     print(
                         f"Failed to obtain stable measurement within {config.max_trials} "
-                        f"measurement windows for {mode.replace('_', ' ')} {level}. Please try "
-                        "to increase the --measurement-interval.",
+                        f"measurement windows for {mode.replace('_', ' ')} "
+                        f"{format_number(level)}. Please try to increase the "
+                        "--measurement-interval.",
                         file=err,
                     )
     except PerfError as error:

@@ -24,6 +24,8 @@ SendFn = Callable[[int, int], Awaitable[Any]]
 # Rate mode: a request sent more than this after its scheduled time counts as delayed
 # (asyncio wakes up a little late every time; sub-millisecond lateness is not a backlog).
 DELAY_TOLERANCE_NS = 1_000_000
+# Rate mode: a request due within this much is sent now rather than after another sleep.
+_EARLY_NS = 500_000
 # Longest single sleep, so a stop request is noticed promptly.
 _MAX_SLEEP_S = 0.05
 
@@ -228,8 +230,9 @@ class RequestRateLoad(Load):
         try:
             while not self._stopping:
                 wait_ns = next_ns - time.perf_counter_ns()
-                if wait_ns > 0:
-                    await asyncio.sleep(min(wait_ns / 1e9, _MAX_SLEEP_S))
+                if wait_ns > _EARLY_NS:
+                    # Aim a little early: the loop's timers fire up to ~1 ms late.
+                    await asyncio.sleep(min((wait_ns - _EARLY_NS) / 1e9, _MAX_SLEEP_S))
                     continue
                 seq = self._take_ticket()
                 if seq is None:

@@ -79,6 +79,7 @@ class LevelResult:
         client_send_us: estimated client time to serialise one request.
         client_recv_us: estimated client time to parse one response.
         cache_enabled: the model has its response cache on (adds CSV columns).
+        warnings: notes about the measurement (e.g. latency not stabilising).
     """
 
     mode: str
@@ -100,6 +101,7 @@ class LevelResult:
     client_send_us: int = 0
     client_recv_us: int = 0
     cache_enabled: bool = False
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def level(self) -> float:

@@ -35,7 +35,7 @@ from cluster.perf.measure import (
     merge,
 )
 from cluster.perf.progress import Progress
-from cluster.perf.result import CONCURRENCY, REQUEST_RATE, LevelResult
+from cluster.perf.result import CONCURRENCY, REQUEST_RATE, LevelResult, format_number
 from cluster.perf.server_stats import (
     ModelInfo,
     ServerStats,
@@ -83,6 +83,7 @@ class Profiler:
         self._outputs: list[Any] = []
         self._send_ns = 0
         self._recv_ns: int | None = None
+        self.warnings: list[str] = []  # messages about the last level, for the caller
 
     async def __aenter__(self) -> Profiler:
         await self.open()
@@ -161,10 +162,17 @@ class Profiler:
             raise RuntimeError("Profiler.open() has not been called")
         config = self.config
         mode = CONCURRENCY if concurrency is not None else REQUEST_RATE
-        label = f"concurrency {concurrency}" if mode == CONCURRENCY else f"rate {request_rate}/s"
-        max_in_flight = concurrency if concurrency is not None else config.max_outstanding
+        label = (
+            f"concurrency {concurrency}"
+            if mode == CONCURRENCY
+            else f"rate {format_number(request_rate)}/s"
+        )
+        self.warnings = []
         if concurrency is not None and concurrency < 1:
             raise PerfError("concurrency must be >= 1")
+        if request_rate is not None and not request_rate > 0:
+            raise PerfError("request rate must be > 0")
+        max_in_flight = concurrency if concurrency is not None else config.max_outstanding
         pool = ClientPool(self.connection, max_in_flight)
         load: Load | None = None
         try:
@@ -180,7 +188,7 @@ class Profiler:
                 # The same load carries on from warm-up into the first window: no ramp.
                 load = self._new_load(pool, concurrency, request_rate, 0)
                 await self._warm_up(load, label, stop_after=False)
-            windows, stable = await self._measure(load, label)
+            windows, stable = await self._measure(load, label, mode == REQUEST_RATE)
         finally:
             if load is not None:
                 await load.stop(DRAIN_TIMEOUT_S)
@@ -241,8 +249,14 @@ class Profiler:
         self._calibrate_recv(load)
         load.buffer.swap()
 
-    async def _measure(self, load: Load, label: str) -> tuple[list[Window], bool]:
-        """Measure windows on a running load until stable or out of trials."""
+    async def _measure(
+        self, load: Load, label: str, relax_latency: bool
+    ) -> tuple[list[Window], bool]:
+        """Measure windows on a running load until stable or out of trials.
+
+        ``relax_latency``: accept a stable throughput alone once the trials run out (as
+        perf_analyzer does for its asynchronous request-rate mode).
+        """
         config = self.config
         windows: list[Window] = []
         stable = False
@@ -279,6 +293,17 @@ class Profiler:
             if is_stable(windows, config.stability_percentage, config.percentile):
                 stable = True
                 break
+        if (
+            not stable
+            and relax_latency
+            and not load.failed
+            and is_stable(windows, config.stability_percentage, check_latency=False)
+        ):
+            # perf_analyzer's asynchronous modes accept a stable throughput alone.
+            self.warnings.append(
+                "Warning: Request latency is not stabilizing. Please try lowering the request rate."
+            )
+            stable = True
         return windows, stable
 
     async def _wait_window(self, load: Load, start_ns: int, trial: int, label: str) -> None:
@@ -341,7 +366,7 @@ class Profiler:
         if self.on_window is not None:
             self.on_window(text)
         else:
-            self.progress.line(f"[perf] {label}:{text[1:]}")
+            self.progress.line(f"[perf] {label}:{text[1:].rstrip()}")
 
     def _raise_if_failed(self, load: Load, phase: str) -> None:
         if load.failed:
@@ -384,6 +409,7 @@ class Profiler:
             client_send_us=self._send_ns // 1000,
             client_recv_us=(self._recv_ns or 0) // 1000,
             cache_enabled=self.model.response_cache,
+            warnings=list(self.warnings),
         )
 
 
