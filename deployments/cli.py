@@ -56,6 +56,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from deployments.applications import build_model_app, build_server_app
 
     endpoints = start_ray(args.address, args.http_host, args.dashboard_port)
+    # After ray.init (which installs its own handlers), before deploying: a SIGTERM while
+    # deploying must still shut down what was started.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     models = _selected_models(args)
     if args.model_control_mode == "explicit" and models is None and not args.load_model:
         models = []
@@ -77,10 +82,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if endpoints["dashboard"]:
         print(f"  Ray dashboard:              {endpoints['dashboard']}")
     print("\nCtrl-C to stop.", flush=True)
-
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     print("shutting down...", flush=True)
     serve.shutdown()

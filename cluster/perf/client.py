@@ -21,6 +21,7 @@ from cluster.perf.config import GRPC, HTTP
 # gRPC: workers that share one channel (HTTP/2 multiplexes them); beyond this we open another
 # channel so a single connection's flow control is not what limits the load.
 _GRPC_WORKERS_PER_CHANNEL = 32
+_MAX_GRPC_CHANNELS = 8  # request-rate mode may allow 1024 in flight; that needs no 32 channels
 # Samples timed when estimating the client's (de)serialisation cost.
 _CODEC_SAMPLES = 30
 
@@ -166,7 +167,8 @@ class ClientPool:
 
     HTTP uses a single aiohttp-backed client whose connection pool is as large as the
     number of requests that may be in flight, so no request ever waits for a connection.
-    gRPC opens one channel per ``_GRPC_WORKERS_PER_CHANNEL`` workers.
+    gRPC opens one channel per ``_GRPC_WORKERS_PER_CHANNEL`` workers (at most
+    ``_MAX_GRPC_CHANNELS``), each on its own TCP connection.
 
     Args:
         connection: where to connect.
@@ -176,7 +178,8 @@ class ClientPool:
     def __init__(self, connection: TritonConnection, max_in_flight: int):
         self.protocol = connection.protocol
         if connection.protocol == GRPC:
-            channels = max(1, math.ceil(max_in_flight / _GRPC_WORKERS_PER_CHANNEL))
+            wanted = math.ceil(max_in_flight / _GRPC_WORKERS_PER_CHANNEL)
+            channels = min(max(1, wanted), _MAX_GRPC_CHANNELS)
             self.clients = [
                 connection.new_client(private_channel=channels > 1) for _ in range(channels)
             ]

@@ -1,12 +1,14 @@
 """Progress display on stderr while a run measures.
 
 On a terminal one status line is rewritten in place (``\\r``); otherwise (CI logs, pipes)
-status updates become plain lines at most every ``interval_s`` seconds, and window results
-are always printed as lines, so a log shows the run advancing without being flooded.
+status updates become plain lines at most every ``interval_s`` seconds, and milestones
+(finished windows) are printed as lines, so a log shows the run advancing without being
+flooded.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from typing import TextIO
@@ -37,6 +39,8 @@ class Progress:
         if not self.enabled:
             return
         if self.is_tty:
+            # A line longer than the terminal wraps, and "\r" then cannot rewrite it.
+            text = text[: max(20, shutil.get_terminal_size().columns - 1)]
             pad = max(0, self._width - len(text))
             self.stream.write("\r" + text + " " * pad)
             self.stream.flush()
@@ -55,6 +59,16 @@ class Progress:
         self._write_line(text)
         # A window line counts as an update, so the next status line is due later.
         self._last_line = time.monotonic()
+
+    def event(self, text: str) -> None:
+        """A milestone (e.g. a finished window): the status line on a TTY, a line otherwise.
+
+        On a terminal the display stays one updating line; in a log every milestone shows.
+        """
+        if self.is_tty:
+            self.status(text)
+        else:
+            self.line(text)
 
     def clear(self) -> None:
         """Remove the status line (TTY) so normal output starts on a clean line."""

@@ -84,9 +84,14 @@ class Profiler:
         self._send_ns = 0
         self._recv_ns: int | None = None
         self.warnings: list[str] = []  # messages about the last level, for the caller
+        self._last_pass = ""  # latest window's numbers, shown in the status line
 
     async def __aenter__(self) -> Profiler:
-        await self.open()
+        try:
+            await self.open()
+        except BaseException:
+            await self.close()  # no unclosed client sessions when setup fails
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -168,6 +173,7 @@ class Profiler:
             else f"rate {format_number(request_rate)}/s"
         )
         self.warnings = []
+        self._last_pass = ""
         if concurrency is not None and concurrency < 1:
             raise PerfError("concurrency must be >= 1")
         if request_rate is not None and not request_rate > 0:
@@ -280,7 +286,7 @@ class Profiler:
                 error_count=sum(1 for r in records if not r.ok),
                 delayed_count=sum(1 for r in records if r.delayed),
                 sent_count=sent,
-                server=self._server_delta(start_stats, end_stats),
+                server=self._server_delta(start_stats, end_stats, len(records)),
             )
             windows.append(window)
             self._report_window(label, trial, window)
@@ -331,7 +337,7 @@ class Profiler:
                 return
             self.progress.status(
                 f"[perf] {label}: window {trial}/{config.max_trials} "
-                f"{(now - start_ns) / 1e9:.1f}/{limit_s:g} s, {done} requests"
+                f"{(now - start_ns) / 1e9:.1f}/{limit_s:g} s, {done} requests{self._last_pass}"
             )
             await asyncio.sleep(min((deadline - now) / 1e9, _TICK_S))
 
@@ -346,14 +352,39 @@ class Profiler:
             raise PerfError(f"failed to get server statistics: {err}") from None
         return parse_statistics(payload)
 
-    def _server_delta(self, start: Any, end: Any) -> ServerStats | None:
+    def _server_delta(self, start: Any, end: Any, completed: int) -> ServerStats | None:
+        """The window's server counters; conformance problems become warnings.
+
+        perf_analyzer aborts on both problems checked here, so a server under test that
+        trips them would break perf_analyzer even though this tool carries on.
+        """
         if start is None or end is None:
             return None
         try:
-            return window_delta(self.config.model_name, self.config.model_version, start, end)
-        except PerfError:
-            # Nothing reached the server in this window: its counters did not move.
+            delta = window_delta(self.config.model_name, self.config.model_version, start, end)
+        except PerfError as err:
+            if completed:
+                self._warn_once(
+                    f"server statistics: {err} although requests completed in the window "
+                    "(perf_analyzer finds the version by a growing inference_stats.queue.count)"
+                )
             return ServerStats()
+        counts = {
+            delta.compute_input_count,
+            delta.compute_infer_count,
+            delta.compute_output_count,
+        }
+        if len(counts) > 1:
+            self._warn_once(
+                "server statistics: compute_input/compute_infer/compute_output counts differ "
+                "(perf_analyzer aborts: 'Server side statistics compute counts must be the "
+                "same.')"
+            )
+        return delta
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
 
     def _report_window(self, label: str, trial: int, window: Window) -> None:
         text = f"  Pass [{trial}] throughput: {window.throughput:.6g} infer/sec. " + (
@@ -366,7 +397,11 @@ class Profiler:
         if self.on_window is not None:
             self.on_window(text)
         else:
-            self.progress.line(f"[perf] {label}:{text[1:].rstrip()}")
+            self.progress.event(f"[perf] {label}:{text[1:].rstrip()}")
+        self._last_pass = (
+            f" | last: {window.throughput:.6g} infer/sec, "
+            f"{window.stabilizing_latency_ns(self.config.percentile) // 1000} usec"
+        )
 
     def _raise_if_failed(self, load: Load, phase: str) -> None:
         if load.failed:

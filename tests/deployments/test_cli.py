@@ -1,0 +1,86 @@
+"""The ``rayton`` command: ``build`` writes a valid Serve config, ``serve`` serves and stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tritonclient.http as httpclient
+import yaml
+from ray.serve.schema import ServeDeploySchema
+
+from deployments.cli import main
+from tests.conftest import free_port
+from tests.deployments.test_serve_run import ready, session_pids, wait_until
+
+
+def test_build_writes_a_serve_config_with_one_app_per_model(example_repository, tmp_path, capsys):
+    output = tmp_path / "serve_config.yaml"
+    assert main(["build", str(example_repository), "-o", str(output), "--http-port", "9123"]) == 0
+    config = yaml.safe_load(output.read_text())
+    ServeDeploySchema.model_validate(config)  # what `serve run` / `serve deploy` accept
+    apps = {app["name"]: app for app in config["applications"]}
+    assert apps["rayton-server"]["route_prefix"] == "/"
+    onnx = apps["image_classifier_onnx"]
+    assert onnx["route_prefix"] == "/v2/models/image_classifier_onnx"
+    assert onnx["deployments"][0]["name"] == "image_classifier_onnx"
+    assert apps["mlp_autocomplete"]["deployments"][0]["num_replicas"] == 2  # ORT CPU default
+    assert config["http_options"] == {"host": "127.0.0.1", "port": 9123}
+    assert "image_pipeline" in capsys.readouterr().out
+
+
+def test_build_reports_broken_models(tmp_path, capsys):
+    repository = tmp_path / "repository"
+    (repository / "broken" / "1").mkdir(parents=True)
+    (repository / "broken" / "config.pbtxt").write_text("max_batch_size: nope")
+    assert main(["build", str(repository), "-o", str(tmp_path / "cfg.yaml")]) == 0
+    assert "broken" in capsys.readouterr().out
+    config = yaml.safe_load((tmp_path / "cfg.yaml").read_text())
+    assert [app["name"] for app in config["applications"]] == ["rayton-server"]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM])
+def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, stop_signal):
+    port = free_port()
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    env.pop("RAY_ADDRESS", None)
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "rayton"),
+            "serve",
+            "--model-repository",
+            str(example_repository),
+            "--http-port",
+            str(port),
+            "--dashboard-port",
+            str(free_port()),
+            "--load-model",
+            "add_sub",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"127.0.0.1:{port}"
+    try:
+        assert wait_until(lambda: ready(url), 240), "rayton serve never became ready"
+        with httpclient.InferenceServerClient(url) as client:
+            assert client.is_model_ready("add_sub")
+            assert not client.is_model_ready("image_classifier_onnx")  # not loaded
+        server.send_signal(stop_signal)
+        output, _ = server.communicate(timeout=120)
+        assert f"http://127.0.0.1:{port}" in output
+        assert "Ray dashboard" in output
+        assert wait_until(lambda: not session_pids(server.pid), 60), (
+            f"processes left running: {session_pids(server.pid)}"
+        )
+    finally:
+        for pid in session_pids(server.pid):
+            os.kill(pid, signal.SIGKILL)
