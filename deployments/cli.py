@@ -112,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     _add_common(run)
     run.set_defaults(func=cmd_serve)
 
+    from cluster.perf.cli import add_arguments as add_perf_arguments
+    from cluster.perf.cli import run as run_perf
+
+    perf = sub.add_parser("perf", help="measure a model like perf_analyzer (tritonclient aio)")
+    add_perf_arguments(perf)
+    perf.set_defaults(func=run_perf)
+
     args = parser.parse_args(argv)
     return args.func(args)
 

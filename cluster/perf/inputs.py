@@ -184,7 +184,10 @@ def _generate(
 # JSON data files
 
 
-def load_json_data(source: str | Path | dict[str, Any], model: ModelInfo) -> list[dict]:
+RawStep = dict[str, tuple[np.ndarray, list[int] | None]]
+
+
+def load_json_data(source: str | Path | dict[str, Any], model: ModelInfo) -> list[RawStep]:
     """Read perf_analyzer's JSON input format into steps of ``{name: (values, shape)}``.
 
     Args:
@@ -192,8 +195,9 @@ def load_json_data(source: str | Path | dict[str, Any], model: ModelInfo) -> lis
         model: the model, to check tensor names and datatypes.
 
     Returns:
-        One dict per step mapping an input name to its row array (numpy, batch-1 dims as
-        given by ``shape``, or flat when the file gives none; see :func:`shape_steps`).
+        One dict per step mapping an input name to its flat values (numpy, already in the
+        input's dtype) and the row shape the file gave, or None; :func:`shape_steps`
+        applies the shapes.
 
     Raises:
         PerfError: unreadable file, missing ``data``, unknown or missing inputs, bad values.
@@ -235,7 +239,7 @@ def load_json_data(source: str | Path | dict[str, Any], model: ModelInfo) -> lis
     return steps
 
 
-def _read_tensor(value: Any, tensor: TensorMeta, step: int) -> tuple[np.ndarray, list | None]:
+def _read_tensor(value: Any, tensor: TensorMeta, step: int) -> tuple[np.ndarray, list[int] | None]:
     """Decode one tensor entry into (flat values, shape from the file or None)."""
     where = f"( input {tensor.name}, step id: {step})"
     shape = None
@@ -321,9 +325,7 @@ def _from_bytes(raw: bytes, tensor: TensorMeta, where: str) -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="))
 
 
-def shape_steps(
-    raw_steps: list[dict[str, tuple[np.ndarray, list | None]]], specs: list[InputSpec]
-) -> list[dict[str, np.ndarray]]:
+def shape_steps(raw_steps: list[RawStep], specs: list[InputSpec]) -> list[dict[str, np.ndarray]]:
     """Give every step's values their row shape: the file's ``shape`` or the spec's dims.
 
     Raises:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cluster.perf.config import CONSTANT, COUNT_WINDOWS, GRPC, PerfConfig
+from cluster.perf.measure import STABILITY_WINDOWS
 from cluster.perf.result import (
     CONCURRENCY,
     LevelResult,
@@ -118,8 +119,8 @@ def format_level(result: LevelResult, protocol: str, percentile: int | None = No
                 lines.append(f"    Batch size distribution (batch size:executions): {dist}")
     if not result.stable:
         lines.append(
-            f"  [WARNING] unstable: no {3} consecutive windows within the stability percentage "
-            f"after {result.windows} windows; reporting the last ones"
+            f"  [WARNING] unstable: no {STABILITY_WINDOWS} consecutive windows within the "
+            f"stability percentage after {result.windows} windows; reporting the last ones"
         )
     return "\n".join(lines) + "\n"
 

@@ -471,9 +471,9 @@ def _(t: Target) -> Any:
     return t.client.infer("dtypes", dtype_inputs(), [OutputSpec("OUT_FP64", class_count=10)])
 
 
-@case("classify_bytes_refused", "classification", "a BYTES output cannot be classified")
+@case("classify_fp16_refused", "classification", "an FP16 output cannot be classified")
 def _(t: Target) -> Any:
-    return t.client.infer("dtypes", dtype_inputs(), [OutputSpec("OUT_STRING", class_count=1)])
+    return t.client.infer("dtypes", dtype_inputs(), [OutputSpec("OUT_FP16", class_count=1)])
 
 
 @case("classify_bool_refused", "classification", "a BOOL output cannot be classified")

@@ -384,6 +384,8 @@ def normalise_reply(reply: Reply) -> dict[str, Any]:
         return observed
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         body = dict(body, error=normalise_message(body["error"]))
+    if isinstance(body, dict) and isinstance(body.get("outputs"), list):
+        body = dict(body, outputs=_by_name(body["outputs"]))
     observed["body"] = body
     return observed
 
@@ -407,11 +409,19 @@ def _map_leaves(value: Any, fn: Callable[[Any], Any]) -> Any:
 def normalise_result(response: dict[str, Any], as_numpy: Callable[[str], Any]) -> dict[str, Any]:
     """An inference result: the response header plus each output decoded by the client."""
     observed = {k: v for k, v in response.items() if k != "outputs"}
-    observed["outputs"] = [
-        dict(output, decoded=normalise_array(as_numpy(output["name"])))
-        for output in response.get("outputs", [])
-    ]
+    observed["outputs"] = _by_name(
+        [
+            dict(output, decoded=normalise_array(as_numpy(output["name"])))
+            for output in response.get("outputs", [])
+        ]
+    )
     return observed
+
+
+def _by_name(outputs: list[Any]) -> list[Any]:
+    # Triton returns outputs in an unspecified order (hash-map order in core); clients look
+    # them up by name, so compare them sorted by name.
+    return sorted(outputs, key=lambda o: str(o.get("name")) if isinstance(o, dict) else "")
 
 
 _DURATION_KEYS = ("count", "ns")

@@ -1,4 +1,4 @@
-"""The ``rayton`` command: ``build`` writes a valid Serve config, ``serve`` serves and stops cleanly."""
+"""The ``rayton`` command: ``build`` writes a Serve config, ``serve`` serves and stops cleanly."""
 
 from __future__ import annotations
 

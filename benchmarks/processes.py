@@ -1,0 +1,68 @@
+"""Servers under test as child processes in their own session, stopped exactly (every pid)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+
+def session_pids(sid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+class ServerProcess:
+    """A server command started in a new session; ``stop()`` ends the whole session."""
+
+    def __init__(self, command: list[str], log_path: Path, env: dict[str, str] | None = None):
+        self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            command,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})},
+            start_new_session=True,
+        )
+
+    def wait_http(self, url: str, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with {self.process.returncode}; see {self.log.name}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise TimeoutError(f"{url} not ready after {timeout_s} s; see {self.log.name}")
+
+    def stop(self, timeout_s: float = 60) -> None:
+        sid = self.process.pid
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=timeout_s)
+        deadline = time.monotonic() + 20
+        while session_pids(sid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for pid in session_pids(sid):
+            os.kill(pid, signal.SIGKILL)
+        self.log.close()

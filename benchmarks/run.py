@@ -1,0 +1,250 @@
+"""Side-by-side benchmark: raw ONNX Runtime, rayton, the reference Triton, a hand-written app.
+
+``python -m benchmarks.run [--runs 3] [--window-ms 3000] [--output BENCHMARKS.md]`` (or
+``make bench``). Every system serves the same ONNX models with the same batching settings
+(max_batch_size 32, 2 ms queue delay, one single-threaded ONNX Runtime instance), one system
+at a time, driven by the same load generator (``rayton perf``'s library, tritonclient aio)
+on the same machine. Reports medians over the runs and rayton's ratios to the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks import raw_ort
+from benchmarks.models import MAX_BATCH_SIZE, MODELS, QUEUE_DELAY_US, write_repositories
+from benchmarks.processes import ServerProcess
+from cluster.perf.config import PerfConfig
+from cluster.perf.result import LevelResult
+from cluster.perf.runner import run_level
+from tests.conftest import free_port
+
+
+@dataclass(frozen=True)
+class Level:
+    model: str
+    batch: int
+    concurrency: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} b={self.batch} c={self.concurrency}"
+
+
+LEVELS = (
+    Level("mlp", 1, 1),
+    Level("mlp", 1, 16),
+    Level("mlp", 1, 32),
+    Level("mlp", 8, 16),
+    Level("cnn", 1, 1),
+    Level("cnn", 1, 16),
+    Level("cnn", 1, 32),
+)
+
+
+@dataclass
+class SystemResults:
+    name: str
+    levels: dict[Level, list[LevelResult]] = field(default_factory=dict)
+
+    def median_throughput(self, level: Level) -> float:
+        return statistics.median(r.throughput for r in self.levels[level])
+
+    def median_p50_us(self, level: Level) -> float:
+        return statistics.median(r.latencies.p50_us for r in self.levels[level])
+
+
+def start_system(name: str, repos: dict[str, Path], logs: Path):
+    """Start one system; returns (url, stop callable)."""
+    port = free_port()
+    python = sys.executable
+    if name == "rayton":
+        server = ServerProcess(
+            [
+                str(Path(python).parent / "rayton"),
+                "serve",
+                "--model-repository",
+                str(repos["rayton"]),
+                "--http-port",
+                str(port),
+                "--dashboard-port",
+                str(free_port()),
+            ],
+            logs / "rayton.log",
+        )
+        server.wait_http(f"http://127.0.0.1:{port}/v2/health/ready")
+        return f"127.0.0.1:{port}", server.stop
+    if name == "handwritten":
+        server = ServerProcess(
+            [
+                python,
+                "-m",
+                "benchmarks.serve_handwritten",
+                "--repository",
+                str(repos["rayton"]),
+                "--port",
+                str(port),
+                "--dashboard-port",
+                str(free_port()),
+            ],
+            logs / "handwritten.log",
+        )
+        server.wait_http(f"http://127.0.0.1:{port}/v2/models/mlp/config")
+        return f"127.0.0.1:{port}", server.stop
+    if name == "triton":
+        from tests.reference_triton import ReferenceTriton
+
+        triton = ReferenceTriton(repos["reference"])
+        triton.start()
+        return triton.http_url.removeprefix("http://"), triton.stop
+    raise ValueError(name)
+
+
+def measure_system(
+    name: str, repos: dict[str, Path], logs: Path, window_ms: int, warmup_s: float
+) -> dict[Level, LevelResult]:
+    url, stop = start_system(name, repos, logs)
+    results = {}
+    try:
+        for level in LEVELS:
+            config = PerfConfig(
+                model_name=level.model,
+                url=url,
+                batch_size=level.batch,
+                measurement_interval_ms=window_ms,
+                max_trials=3,
+                warmup_s=warmup_s,
+            )
+            result = asyncio.run(run_level(config, concurrency=level.concurrency))
+            results[level] = result
+            print(
+                f"  {name:12s} {level.label:18s} {result.throughput:8.1f} infer/s  "
+                f"p50 {result.latencies.p50_us / 1000:6.2f} ms",
+                flush=True,
+            )
+    finally:
+        stop()
+    return results
+
+
+def machine_description() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {memory_gib:.0f} GiB, {platform.platform()}"
+
+
+def versions() -> str:
+    from importlib.metadata import version
+
+    names = ("ray", "onnxruntime", "tritonclient", "numpy", "nvidia-pytriton")
+    return ", ".join(f"{n} {version(n)}" for n in names) + f", Python {platform.python_version()}"
+
+
+def render(
+    systems: dict[str, SystemResults], raw: dict[str, dict], runs: int, command: str, elapsed: float
+) -> str:
+    rayton, triton, hand = systems["rayton"], systems["triton"], systems["handwritten"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Command: `{command}` ({runs} run(s), medians; {elapsed / 60:.1f} min in all).",
+        f"Machine: {machine_description()}.",
+        f"Versions: {versions()}.",
+        "",
+        f"Every system serves the same ONNX models with `max_batch_size: {MAX_BATCH_SIZE}`, a "
+        f"{QUEUE_DELAY_US} µs queue delay and one single-threaded ONNX Runtime instance "
+        "(reference Triton: python backend running ONNX Runtime, since the bundled server has "
+        "no ORT backend). Load: `rayton perf`'s library (tritonclient aio, binary tensors), "
+        "closed loop, on the same machine, one system at a time.",
+        "",
+        "| level | rayton infer/s | Triton 2.51 infer/s | hand-written Serve infer/s "
+        "| rayton / Triton | rayton / hand-written | p50 rayton / Triton (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for level in LEVELS:
+        r, t, h = (s.median_throughput(level) for s in (rayton, triton, hand))
+        lines.append(
+            f"| {level.label} | {r:.0f} | {t:.0f} | {h:.0f} | {r / t:.2f} | {r / h:.2f} | "
+            f"{rayton.median_p50_us(level) / 1000:.2f} / {triton.median_p50_us(level) / 1000:.2f} |"
+        )
+    lines += [
+        "",
+        "Raw ONNX Runtime in-process, one intra-op thread:",
+        "",
+        "| model | batch | rows/s | p50 per call (ms) |",
+        "|---|---|---|---|",
+    ]
+    for model, per_batch in raw.items():
+        for batch, values in per_batch.items():
+            rows_per_s, p50_ms = values["rows_per_s"], values["p50_us"] / 1000
+            lines.append(f"| {model} | {batch} | {rows_per_s:.0f} | {p50_ms:.2f} |")
+    mlp_b8 = Level("mlp", 8, 16)
+    best_raw = max(v["rows_per_s"] for v in raw["mlp"].values())
+    lines += [
+        "",
+        f"`mlp b=8 c=16` on rayton: {rayton.median_throughput(mlp_b8):.0f} rows/s = "
+        f"{rayton.median_throughput(mlp_b8) / best_raw:.0%} of raw ONNX Runtime's best "
+        f"single-thread batch throughput ({best_raw:.0f} rows/s).",
+        "",
+        "Batch sizes rayton executed (executions per batch size, last run, from the "
+        "statistics extension):",
+        "",
+    ]
+    for level in LEVELS:
+        distribution = rayton.levels[level][-1].batch_size_distribution
+        shown = ", ".join(f"{size}: {count}" for size, count in sorted(distribution.items()))
+        lines.append(f"- {level.label}: {shown or 'n/a'}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--window-ms", type=int, default=3000)
+    parser.add_argument("--warmup-s", type=float, default=3.0)
+    parser.add_argument("--systems", default="rayton,triton,handwritten")
+    parser.add_argument("--output", default="BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    command = "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="rayton-bench-") as tmp:
+        root = Path(tmp)
+        rayton_repo, reference_repo = write_repositories(root)
+        repos = {"rayton": rayton_repo, "reference": reference_repo}
+        raw = {
+            m.name: raw_ort.measure(rayton_repo / m.name / "1" / "model.onnx", m.input_dims)
+            for m in MODELS
+        }
+        names = args.systems.split(",")
+        systems = {name: SystemResults(name) for name in names}
+        for run in range(args.runs):
+            print(f"run {run + 1}/{args.runs}", flush=True)
+            for name in names:
+                measured = measure_system(name, repos, root, args.window_ms, args.warmup_s)
+                for level, result in measured.items():
+                    systems[name].levels.setdefault(level, []).append(result)
+        if set(names) >= {"rayton", "triton", "handwritten"}:
+            report = render(systems, raw, args.runs, command, time.monotonic() - started)
+            Path(args.output).write_text(report)
+            print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
