@@ -10,6 +10,9 @@ FAST_INGRESS_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
 }
+# Ray starts worker processes at niceness 15 (batch-job friendly); serving replicas and the
+# HAProxy they spawn must not lose the CPU to every other process on the node.
+SERVING_ENV = {"RAY_worker_niceness": "0"}
 
 
 # A cluster this process starts has no load balancer in front that needs time to notice
@@ -27,9 +30,9 @@ def start_ray(
     """Join ``address`` or start a local cluster bound to ``host``; returns its endpoints."""
     import ray
 
-    if fast_ingress:
-        for key, value in FAST_INGRESS_ENV.items():
-            os.environ.setdefault(key, value)
+    settings = {**SERVING_ENV, **(FAST_INGRESS_ENV if fast_ingress else {})}
+    for key, value in settings.items():
+        os.environ.setdefault(key, value)
     if address:
         context = ray.init(address=address, logging_level="WARNING")
     else:

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from deployments.applications import plan_applications
-from deployments.serve_config import serve_config, write_serve_config
+from deployments.serve_config import ACCESS_LOG_OFF, serve_config, write_serve_config
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +70,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for plan in plans:
         builder = build_server_app if plan.route_prefix == "/" else build_model_app
         targets.append(
-            RunTarget(builder(plan.args), name=plan.name, route_prefix=plan.route_prefix)
+            RunTarget(
+                builder(plan.args),
+                name=plan.name,
+                route_prefix=plan.route_prefix,
+                logging_config=ACCESS_LOG_OFF,
+            )
         )
     serve.run_many(targets, wait_for_applications_running=True)
 

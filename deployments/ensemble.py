@@ -86,7 +86,9 @@ class EnsembleService:
     def statistics(self, version: str = "") -> list[dict[str, Any]]:
         if version:
             if not self.is_ready(version):
-                raise InferenceServerError(f"requested model '{self.name}' is not available")
+                raise InferenceServerError(
+                    f"requested model version is not available for model '{self.name}'"
+                )
             return [self._statistics[int(version)].to_json()]
         return [self._statistics[v].to_json() for v in self.versions]
 

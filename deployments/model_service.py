@@ -23,8 +23,8 @@ from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, backend_c
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse
-from repo_adapter.request_validation import RequestValidator, model_not_found
+from repo_adapter.inference import InferRequest, InferResponse, InferTensor
+from repo_adapter.request_validation import RequestValidator, model_not_found, reshaped
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ class ModelService:
         self.labels = labels
         self._config_json = config_to_json_dict(config)
         self._validator = RequestValidator(config)
+        # Outputs with a reshape: backends may produce the reshape shape (as Triton's Python
+        # backend models do); clients always see the configured dims.
+        self._output_reshapes = {t.name: t for t in config.output if t.HasField("reshape")}
         self._policy = BatchPolicy.from_config(config)
         self._batching = config.max_batch_size > 0
         self.runners: dict[int, VersionRunner] = {}
@@ -143,10 +146,15 @@ class ModelService:
 
     def statistics(self, version: str = "") -> list[dict[str, Any]]:
         """Statistics JSON entries of the ready versions (or of ``version``)."""
+        if not self.runners:
+            raise InferenceServerError(
+                f"requested model '{self.name}' is not available", StatusCode.INVALID_ARG
+            )
         if version:
             if not (version.isdigit() and int(version) in self.runners):
                 raise InferenceServerError(
-                    f"requested model '{self.name}' is not available", StatusCode.INVALID_ARG
+                    f"requested model version is not available for model '{self.name}'",
+                    StatusCode.INVALID_ARG,
                 )
             return [self.runners[int(version)].statistics.to_json()]
         return [self.runners[v].statistics.to_json() for v in self.ready_versions]
@@ -154,12 +162,34 @@ class ModelService:
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, queue, execute; returns only the requested outputs, classified if asked."""
         runner = self._runner(request.model_version)
-        rows = self._validator.validate(request)
+        rows = self._validator.normalize(request)  # validates and applies input reshapes
         response = await runner.batcher.submit(request, rows)
+        self._reshape_outputs(response)
         response.model_name = self.name
         response.model_version = str(runner.version)
         response.id = request.id
         return self._select_outputs(request, response)
+
+    def _reshape_outputs(self, response: InferResponse) -> None:
+        """Core ``Output::Reshape``: report outputs with a ``reshape`` in their config dims."""
+        for index, tensor in enumerate(response.outputs):
+            config = self._output_reshapes.get(tensor.name)
+            if config is None:
+                continue
+            batch = tensor.shape[:1] if self._batching else ()
+            item_shape = tensor.shape[len(batch) :]
+            if _matches(item_shape, config.dims):
+                continue  # the backend already produced the configured dims
+            if len(item_shape) != len(config.reshape.shape):
+                raise InferenceServerError(
+                    f"output '{tensor.name}' of model '{self.name}' has shape "
+                    f"{list(tensor.shape)}, which matches neither its dims nor its reshape",
+                    StatusCode.INTERNAL,
+                )
+            shape = batch + reshaped(item_shape, config.reshape.shape, config.dims)
+            response.outputs[index] = InferTensor(
+                tensor.name, tensor.datatype, tensor.data.reshape(shape), tensor.parameters
+            )
 
     def _select_outputs(self, request: InferRequest, response: InferResponse) -> InferResponse:
         if not request.outputs:
@@ -185,6 +215,11 @@ class ModelService:
             await runner.batcher.close()
             runner.backend.unload()
         self.runners.clear()
+
+
+def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
+    """Whether ``shape`` fits config ``dims`` (``-1`` matches any size)."""
+    return len(shape) == len(dims) and all(d in (-1, s) for s, d in zip(shape, dims, strict=True))
 
 
 def _tensor_metadata(tensor, batch_dims: list[int]) -> dict[str, Any]:

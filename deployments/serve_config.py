@@ -9,6 +9,9 @@ import yaml
 
 from deployments.applications import AppPlan
 
+# Serve logs a line per request by default: measurable CPU on the request path.
+ACCESS_LOG_OFF = {"enable_access_log": False}
+
 
 def serve_config(
     plans: list[AppPlan],
@@ -32,7 +35,7 @@ def serve_config(
     return {
         "proxy_location": proxy_location,
         "http_options": {"host": http_host, "port": http_port},
-        "logging_config": {"enable_access_log": False},
+        "logging_config": dict(ACCESS_LOG_OFF),
         "applications": applications,
     }
 

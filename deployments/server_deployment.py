@@ -20,6 +20,7 @@ from starlette.responses import Response
 from deployments.http.model_routes import (
     METHOD_NOT_ALLOWED,
     NOT_FOUND,
+    empty_response,
     error_response,
     json_response,
 )
@@ -79,10 +80,10 @@ class TritonServer:
             if path == "/v2":
                 return self._get_only(method) or json_response(self.server_metadata())
             if path == "/v2/health/live":
-                return self._get_only(method) or Response(b"", 200)
+                return self._get_only(method) or empty_response(200)
             if path == "/v2/health/ready":
                 ready = await self.server_ready()
-                return self._get_only(method) or Response(b"", 200 if ready else 400)
+                return self._get_only(method) or empty_response(200 if ready else 400)
             if path == "/v2/models/stats":
                 return self._get_only(method) or json_response(
                     {"model_stats": await self.all_statistics()}
@@ -116,6 +117,8 @@ class TritonServer:
         for model in self.spec.deployed:
             try:
                 entries.extend(await self._call(model, "statistics"))
+            except InferenceServerError:
+                continue  # no ready version: Triton lists only ready versions
             except Exception:
                 logger.warning("no statistics from model '%s'", model)
         by_version: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -144,7 +147,10 @@ class TritonServer:
                 if ready_only and state["state"] != "READY":
                     continue
                 entry = {"name": model, "version": version} if version else {"name": model}
-                index.append(entry | {"state": state["state"], "reason": state["reason"]})
+                entry["state"] = state["state"]
+                if state["reason"]:  # Triton omits an empty reason
+                    entry["reason"] = state["reason"]
+                index.append(entry)
         return index
 
     async def _repository(self, path: str, method: str, request: Request) -> Response:
@@ -178,6 +184,10 @@ class TritonServer:
         model = parts[2] if len(parts) > 2 else ""
         version = parts[4] if len(parts) > 4 and parts[3] == "versions" else ""
         action = parts[-1] if len(parts) in (4, 6) else ""
+        if action == "stats":  # core: no ready version is INVALID_ARG here, not NOT_FOUND
+            return error_response(
+                InferenceServerError(f"requested model '{model}' is not available")
+            )
         if model in self.spec.unavailable:
             if action == "ready":
                 return json_response({"error": "Model version not ready"}, 400)

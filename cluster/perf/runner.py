@@ -53,6 +53,7 @@ REQUEST_COUNT_CAP_S = 600.0
 # Time given to requests still in flight when a level ends.
 DRAIN_TIMEOUT_S = 10.0
 _TICK_S = 0.25
+_NO_RESPONSE_COMPRESSION = {"Accept-Encoding": "identity"}
 
 
 class Profiler:
@@ -232,8 +233,11 @@ class Profiler:
                 return await client.infer(
                     model, inputs, version, outputs=outputs, client_timeout=timeout
                 )
-            # HTTP: the pool's aiohttp session enforces the timeout.
-            return await client.infer(model, inputs, version, outputs=outputs)
+            # HTTP: the pool's aiohttp session enforces the timeout. aiohttp asks for gzip on
+            # every response unless told otherwise; perf_analyzer (libcurl) asks for none.
+            return await client.infer(
+                model, inputs, version, outputs=outputs, headers=_NO_RESPONSE_COMPRESSION
+            )
 
         return send
 

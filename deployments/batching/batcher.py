@@ -1,15 +1,21 @@
 """Triton's dynamic batcher for one model version in one replica, built on ``@serve.batch``.
 
 Requests flow: ``submit`` checks the queue policy -> ``@serve.batch`` admission (counts rows
-with ``batch_size_fn``, holds the window ``max_queue_delay_microseconds``, feeds the
-dashboard's batch metrics) -> :class:`PendingQueue` -> one executor task per instance that,
-whenever the instance is free, takes the next batch the way Triton forms it.
+with ``batch_size_fn``, caps a batch at ``max_batch_size`` rows, feeds the dashboard's batch
+metrics) -> :class:`PendingQueue` -> one executor task per instance that, whenever the
+instance is free, takes the next batch the way Triton forms it.
 
-Why the pending queue after ``@serve.batch``: Serve forms batches eagerly (it closes the next
-batch while the previous one still runs), so under load it hands the model many one-request
-batches. Triton forms a batch only when an instance can take it. Admitted batches therefore
-wait in the pending queue and the executor merges them up to the row budget, in arrival
-order, never mixing shapes, cutting at preferred sizes and applying timeouts and priorities.
+The admission window is ``max_queue_delay_microseconds`` (Serve's ``batch_wait_timeout_s``);
+a full row budget closes it early. Serve's measured gap is closed around it rather than
+inside it: Serve forms batches eagerly (it closes the next batch while the previous one still
+runs), so under load it hands the model many one-request batches. Admitted requests
+therefore wait in the pending queue, and the executor merges them up to the row budget only
+when the instance is free: in arrival order, never mixing shapes, cutting at preferred
+sizes, with timeouts and priorities, and the delay counted from each request's arrival.
+
+Measured alternative: a zero admission window with the delay applied only by the pending
+queue (Triton's exact timing) cost ~12% throughput at 32 concurrent 1-row requests (every
+arrival woke the executor), so admission keeps Serve's window.
 """
 
 from __future__ import annotations
@@ -148,6 +154,9 @@ class DynamicBatcher:
                 continue
             self._dequeued(decision.batch)
             await self._run_batch(decision.batch)
+            # Let the loop send the responses and admit what arrived during the execution
+            # (it may have run inline) before the next batch is formed.
+            await asyncio.sleep(0)
 
     async def _run_batch(self, batch: list[PendingRequest]) -> None:
         batch = [item for item in batch if not item.future.done()]  # cancelled by the caller

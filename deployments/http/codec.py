@@ -14,7 +14,8 @@ HTTP bodies. Behaviour and error messages follow Triton's ``http_server.cc``:
   ``binary_data_output``. A listed output without ``binary_data`` is JSON, as in Triton, even
   when ``binary_data_output`` is true.
 * Error status codes follow Triton, except that client mistakes Triton reports as INTERNAL
-  (a JSON ``data`` element count not matching ``shape``) are INVALID_ARG here.
+  (malformed request JSON, a JSON ``data`` element count not matching ``shape``) are
+  INVALID_ARG here (listed in ``tests/conformance/allowlist.py``).
 
 JSON goes through ``orjson`` when it is installed and the standard library otherwise; both
 produce the same documents (non-finite floats as ``NaN``/``Infinity`` like Triton's writer, and
@@ -41,6 +42,7 @@ from repo_adapter.datatypes import (
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.request_validation import log_request
 
 try:  # Optional accelerator: parses and writes JSON (numpy arrays included) several times faster.
     import orjson as _orjson
@@ -397,7 +399,10 @@ def _decode_inputs(
     for entry in entries:
         tensor, offset = _decode_input(entry, payload, offset, model_name, shared_memory)
         if tensor.name in names:
-            raise InferenceServerError(f"input '{tensor.name}' already exists in request")
+            # Core's AddOriginalInput error, with its "[request id: ...] " prefix.
+            raise InferenceServerError(
+                f"{log_request(_request_id(header))}input '{tensor.name}' already exists in request"
+            )
         names.add(tensor.name)
         tensors.append(tensor)
     if offset != len(payload):

@@ -26,11 +26,19 @@ logger = logging.getLogger(__name__)
 
 _JSON = "application/json"
 NOT_FOUND = {"error": "Not Found"}
+# Clients such as aiohttp ask for gzip on every response; level 1 costs a fraction of the
+# default level's CPU on the hot path, and tensors compress little better at higher levels.
+RESPONSE_COMPRESSION_LEVEL = 1
 METHOD_NOT_ALLOWED = {"error": "Method Not Allowed"}
 
 
 def json_response(payload: Any, status: int = 200) -> Response:
     return Response(json.dumps(payload, separators=(",", ":")), status, media_type=_JSON)
+
+
+def empty_response(status: int = 200) -> Response:
+    """A body-less answer (health, readiness); Triton's HTTP server labels it text/plain."""
+    return Response(b"", status, headers={"content-type": "text/plain"})
 
 
 def error_response(err: InferenceServerError) -> Response:
@@ -78,7 +86,10 @@ class ModelHttpEndpoints:
                 return json_response(self.service.metadata(version))
             if action == "ready":
                 if self.service.is_ready(version):
-                    return Response(b"", 200)
+                    return empty_response(200)
+                # As Triton 2.73 (core GetModel): an unknown version is NOT_FOUND and an
+                # unavailable one UNAVAILABLE; metadata() raises exactly those errors.
+                self.service.metadata(version)
                 return json_response({"error": "Model version not ready"}, 400)
             if action == "config":
                 return json_response(self.service.model_config(version))
@@ -105,7 +116,10 @@ class ModelHttpEndpoints:
             )
             response = await self.service.infer(infer_request)
             payload, headers = encode_infer_response(
-                response, infer_request, request.headers.get("accept-encoding")
+                response,
+                infer_request,
+                request.headers.get("accept-encoding"),
+                compression_level=RESPONSE_COMPRESSION_LEVEL,
             )
         except InferenceServerError as err:
             return error_response(err)

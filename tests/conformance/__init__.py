@@ -1,0 +1,1 @@
+"""Conformance suite: rayton diffed against the reference Triton (see README section)."""
