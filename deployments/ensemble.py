@@ -95,17 +95,18 @@ class EnsembleService:
     async def infer(self, request: InferRequest) -> InferResponse:
         version = self._version(request.model_version)
         rows = self._validator.validate(request)
+        statistics = self._statistics[version]
         start_ns = time.monotonic_ns()
-        failed = True
         try:
             tensors = await self._run_steps(request)
-            failed = False
-        finally:
-            end_ns = time.monotonic_ns()
-            self._statistics[version].record_execution(
-                ExecutionTiming(start_ns, start_ns, end_ns, end_ns),
-                [RequestOutcome(start_ns, rows, failed)],
-            )
+        except BaseException:
+            statistics.record_failure(start_ns)  # Triton counts no execution for it
+            raise
+        end_ns = time.monotonic_ns()
+        statistics.record_execution(
+            ExecutionTiming(start_ns, start_ns, end_ns, end_ns),
+            [RequestOutcome(start_ns, rows, failed=False)],
+        )
         return self._response(request, version, tensors)
 
     # ------------------------------------------------------------------ dataflow
@@ -172,7 +173,13 @@ class EnsembleService:
                     tensor, output.class_count, self.labels.get(output.name), self._batching
                 )
             outputs.append(tensor)
-        return InferResponse(self.name, str(version), outputs, id=request.id)
+        # Triton's ensemble scheduler always reports the sequence parameters it propagated.
+        parameters = {
+            "sequence_id": request.parameters.get("sequence_id", 0),
+            "sequence_start": bool(request.parameters.get("sequence_start", False)),
+            "sequence_end": bool(request.parameters.get("sequence_end", False)),
+        }
+        return InferResponse(self.name, str(version), outputs, id=request.id, parameters=parameters)
 
 
 def _inputs_ready(step: EnsembleStep, tensors: dict[str, InferTensor]) -> bool:

@@ -69,3 +69,11 @@ class ModelConfigError(InferenceServerError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, StatusCode.INVALID_ARG)
+
+
+class ModelResponseError(InferenceServerError):
+    """An error response a model returned for one request of a batch that executed.
+
+    The client gets the error; Triton's statistics still count the request as a success,
+    since the execution itself succeeded.
+    """

@@ -236,8 +236,8 @@ class Profiler:
             # HTTP: the pool's aiohttp session enforces the timeout. aiohttp asks for gzip on
             # every response unless told otherwise; perf_analyzer (libcurl) asks for none.
             return await client.infer(
-                model, inputs, version, outputs=outputs, headers=_NO_RESPONSE_COMPRESSION
-            )
+                model, inputs, version, outputs=outputs, headers=dict(_NO_RESPONSE_COMPRESSION)
+            )  # a fresh dict each time: tritonclient adds per-request headers to it
 
         return send
 

@@ -31,7 +31,7 @@ from ray import serve
 from deployments.batching.policy import BatchPolicy
 from deployments.batching.queue import PendingQueue, PendingRequest, timeout_error
 from deployments.statistics import ExecutionTiming, RequestOutcome, VersionStatistics
-from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference import InferRequest, InferResponse
 
 logger = logging.getLogger(__name__)
@@ -184,9 +184,7 @@ class DynamicBatcher:
         self._statistics.record_execution(
             timing,
             [
-                RequestOutcome(
-                    int(item.arrival * 1e9), item.rows, isinstance(result, BaseException)
-                )
+                RequestOutcome(int(item.arrival * 1e9), item.rows, _failed(result))
                 for item, result in zip(batch, results, strict=True)
             ],
         )
@@ -197,6 +195,11 @@ class DynamicBatcher:
             self._executor_task.cancel()
         for item in self._pending.drain():
             _resolve(item, InferenceServerError("model is unloading", StatusCode.UNAVAILABLE))
+
+
+def _failed(result: InferResponse | BaseException) -> bool:
+    # A model's per-request error response still came from a successful execution.
+    return isinstance(result, BaseException) and not isinstance(result, ModelResponseError)
 
 
 def _resolve(item: PendingRequest, result: InferResponse | BaseException) -> None:

@@ -401,8 +401,7 @@ class PythonBackend(Backend):
     def _batch_error_message(self, err: Exception) -> str:
         detail = str(err) if isinstance(err, _ContractError) else f"{type(err).__name__}: {err}"
         message = (
-            f"Failed to process the request(s) for model instance '{self.instance.name}', "
-            f"message: {detail}"
+            f"Failed to process the request(s) for model '{self.instance.name}', message: {detail}"
         )
         logger.error(message, exc_info=None if isinstance(err, _ContractError) else err)
         return message

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
 from repo_adapter.python_backend import runtime
 from repo_adapter.python_backend.dtypes import (
@@ -518,8 +518,8 @@ def from_infer_response(response: InferResponse) -> InferenceResponse:
     return result
 
 
-def error_from_response(response: InferenceResponse) -> InferenceServerError:
+def error_from_response(response: InferenceResponse) -> ModelResponseError:
     """The server error carried by a response with ``has_error()``."""
     error = response.error()
     assert error is not None
-    return InferenceServerError(error.message(), StatusCode[error.code().name])
+    return ModelResponseError(error.message(), StatusCode[error.code().name])

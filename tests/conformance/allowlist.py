@@ -169,56 +169,16 @@ ALLOWED: tuple[Difference, ...] = (
     ),
 )
 
-_PYTHON_BACKEND = "repo_adapter/backends/python.py"
-
-
-def _model_instance_wording(reference: Any, rayton: Any) -> bool:
-    # Identical but for "model" -> "model instance" in the execute() failure prefix.
-    prefix = "Failed to process the request(s) for model '"
-    return (
-        isinstance(reference, str)
-        and reference.startswith(prefix)
-        and rayton
-        == reference.replace(prefix, "Failed to process the request(s) for model instance '", 1)
-    )
-
-
 _ENSEMBLE = "deployments/ensemble.py"
 _ENSEMBLE_STATS = (
-    "A failed ensemble request must not count as an execution or in batch_stats, and the "
-    "ensemble's compute_input/compute_output/queue times are the sums of its members' (core "
-    "EnsembleContext); rayton records every request as one execution timed as compute_infer."
-)
-_PER_REQUEST_ERROR_STATS = (
-    "Triton's Python backend reports every request of a batch whose execute() returned as a "
-    "success, even when its response carries a TritonError; rayton counts those as failures. "
-    "Needs a per-request 'reported success' flag from the backend to RequestOutcome in "
-    "deployments/batching/batcher.py."
+    "The ensemble's compute_input/compute_output/queue times are the sums of its members' "
+    "(core EnsembleContext); rayton times each ensemble request as one compute_infer."
 )
 
 KNOWN_GAPS: tuple[Difference, ...] = (
     *_entries(
-        "*",
-        ("/exception/message", "/body/error"),
-        'An exception in execute() reads "Failed to process the request(s) for model '
-        "'<instance>', message: ...\" (pb_stub.cc, 2.51 and current); rayton says 'model "
-        "instance', Triton's wording only for a crashed stub.",
-        relation=_model_instance_wording,
-        fix_in=_PYTHON_BACKEND,
-    ),
-    Difference(
-        "*ensemble*",
-        "/parameters",
-        "Ensemble responses carry the request's sequence_id, sequence_start and sequence_end "
-        "as response parameters (core EnsembleContext, 2.51 and current).",
-        reference={"sequence_id": 0, "sequence_start": False, "sequence_end": False},
-        rayton=MISSING,
-        fix_in=_ENSEMBLE,
-    ),
-    *_entries(
         "stats*",
         (
-            "/model_stats/pipeline:1/execution_count",
             "/model_stats/pipeline:1/batch_stats/*",
             "/model_stats/pipeline:1/inference_stats/compute_input/ns",
             "/model_stats/pipeline:1/inference_stats/compute_output/ns",
@@ -226,14 +186,5 @@ KNOWN_GAPS: tuple[Difference, ...] = (
         ),
         _ENSEMBLE_STATS,
         fix_in=_ENSEMBLE,
-    ),
-    *_entries(
-        "stats*",
-        (
-            "/model_stats/request_error:1/inference_count",
-            "/model_stats/request_error:1/inference_stats/*",
-        ),
-        _PER_REQUEST_ERROR_STATS,
-        fix_in=_PYTHON_BACKEND,
     ),
 )

@@ -142,7 +142,7 @@ async def test_exception_in_execute_fails_every_request_with_internal(load):
     results = await backend.execute(requests)
 
     expected = (
-        "Failed to process the request(s) for model instance 'execute_raises_0', "
+        "Failed to process the request(s) for model 'execute_raises_0', "
         "message: ValueError: model exploded"
     )
     assert len(results) == 3
@@ -506,7 +506,7 @@ async def test_execute_return_is_checked_as_triton_does(load, mode, detail):
         assert isinstance(result, InferenceServerError)
         assert result.code == StatusCode.INTERNAL
         assert result.message == (
-            f"Failed to process the request(s) for model instance 'bad_return_0', message: {detail}"
+            f"Failed to process the request(s) for model 'bad_return_0', message: {detail}"
         )
 
 
