@@ -210,6 +210,9 @@ def render(
         distribution = rayton.levels[level][-1].batch_size_distribution
         shown = ", ".join(f"{size}: {count}" for size, count in sorted(distribution.items()))
         lines.append(f"- {level.label}: {shown or 'n/a'}")
+    notes = Path(__file__).with_name("notes.md")
+    if notes.exists():
+        lines += ["", notes.read_text().rstrip()]
     return "\n".join(lines) + "\n"
 
 

@@ -3,6 +3,9 @@
 Everything under ``/v2/models/<name>`` for a deployed model goes straight to that model's
 application; this one answers the server-wide routes and every model path the proxy could
 not route (unknown models, models that failed to scan), with Triton's errors.
+
+The protocol logic itself lives in :class:`ServerCore`, which the gRPC frontend
+(:mod:`deployments.grpc`) shares, so both protocols give the same answers.
 """
 
 from __future__ import annotations
@@ -56,49 +59,29 @@ class ServerSpec:
     strict_readiness: bool = True
 
 
-@serve.deployment
-class TritonServer:
-    """Answers the server-wide part of Triton's HTTP protocol."""
+class ServerCore:
+    """Server-wide protocol logic, transport-neutral: what both frontends answer.
+
+    Model calls go through each model's deployment handle (deployment name = application
+    name = model name); errors are :class:`InferenceServerError` with Triton's codes.
+    """
 
     def __init__(self, spec: ServerSpec) -> None:
         self.spec = spec
         self._handles: dict[str, Any] = {}
 
-    def _handle(self, model: str):
+    def handle(self, model: str):
+        """The deployment handle of a deployed model (cached)."""
         if model not in self._handles:
             self._handles[model] = serve.get_deployment_handle(model, app_name=model)
         return self._handles[model]
 
     async def _call(self, model: str, method: str, *args):
-        handle = getattr(self._handle(model), method)
+        handle = getattr(self.handle(model), method)
         return await asyncio.wait_for(handle.remote(*args), _HANDLE_TIMEOUT_S)
 
-    async def __call__(self, request: Request) -> Response:
-        path = request.url.path.rstrip("/") or "/"
-        method = request.method
-        try:
-            if path == "/v2":
-                return self._get_only(method) or json_response(self.server_metadata())
-            if path == "/v2/health/live":
-                return self._get_only(method) or empty_response(200)
-            if path == "/v2/health/ready":
-                ready = await self.server_ready()
-                return self._get_only(method) or empty_response(200 if ready else 400)
-            if path == "/v2/models/stats":
-                return self._get_only(method) or json_response(
-                    {"model_stats": await self.all_statistics()}
-                )
-            if path.startswith("/v2/repository/"):
-                return await self._repository(path, method, request)
-            if path.startswith("/v2/models/"):
-                return self._unrouted_model(path)
-        except InferenceServerError as err:
-            return error_response(err)
-        return json_response(NOT_FOUND, 404)
-
-    @staticmethod
-    def _get_only(method: str) -> Response | None:
-        return None if method == "GET" else json_response(METHOD_NOT_ALLOWED, 405)
+    def is_deployed(self, model: str) -> bool:
+        return model in self.spec.deployed
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
@@ -153,6 +136,70 @@ class TritonServer:
                 index.append(entry)
         return index
 
+    def model_control_error(self) -> InferenceServerError:
+        """Why a repository load / unload request is refused."""
+        if self.spec.model_control_mode != "explicit":
+            return InferenceServerError(
+                "explicit model load / unload is not allowed if polling is enabled",
+                StatusCode.UNAVAILABLE,
+            )
+        return InferenceServerError(
+            "model load / unload through the repository API is not supported yet; "
+            "redeploy with 'serve deploy' or 'rayton serve --load-model'",
+            StatusCode.UNSUPPORTED,
+        )
+
+    def undeployed_model_error(
+        self, model: str, version: str = "", action: str = ""
+    ) -> InferenceServerError:
+        """Triton's error for a request about a model without an application.
+
+        ``action`` is the request kind (``"stats"``, ``"ready"``, ``"infer"``, ``""`` for
+        metadata, ...). Readiness of a model that failed to load is not an error (the caller
+        answers "not ready"); it gets the UNAVAILABLE error here like every other request.
+        """
+        if action == "stats":  # core: no ready version is INVALID_ARG here, not NOT_FOUND
+            return InferenceServerError(f"requested model '{model}' is not available")
+        if model in self.spec.unavailable:
+            return InferenceServerError(
+                f"Request for unknown model: '{model}' is not ready: "
+                f"{self.spec.unavailable[model]}",
+                StatusCode.UNAVAILABLE,
+            )
+        return model_not_found(model, version)
+
+
+@serve.deployment
+class TritonServer(ServerCore):
+    """Answers the server-wide part of Triton's HTTP protocol."""
+
+    async def __call__(self, request: Request) -> Response:
+        path = request.url.path.rstrip("/") or "/"
+        method = request.method
+        try:
+            if path == "/v2":
+                return self._get_only(method) or json_response(self.server_metadata())
+            if path == "/v2/health/live":
+                return self._get_only(method) or empty_response(200)
+            if path == "/v2/health/ready":
+                ready = await self.server_ready()
+                return self._get_only(method) or empty_response(200 if ready else 400)
+            if path == "/v2/models/stats":
+                return self._get_only(method) or json_response(
+                    {"model_stats": await self.all_statistics()}
+                )
+            if path.startswith("/v2/repository/"):
+                return await self._repository(path, method, request)
+            if path.startswith("/v2/models/"):
+                return self._unrouted_model(path)
+        except InferenceServerError as err:
+            return error_response(err)
+        return json_response(NOT_FOUND, 404)
+
+    @staticmethod
+    def _get_only(method: str) -> Response | None:
+        return None if method == "GET" else json_response(METHOD_NOT_ALLOWED, 405)
+
     async def _repository(self, path: str, method: str, request: Request) -> Response:
         if method != "POST":
             return json_response(METHOD_NOT_ALLOWED, 405)
@@ -167,16 +214,7 @@ class TritonServer:
             return json_response(await self.repository_index(ready_only))
         parts = path.split("/")
         if len(parts) == 6 and parts[3] == "models" and parts[5] in ("load", "unload"):
-            if self.spec.model_control_mode != "explicit":
-                raise InferenceServerError(
-                    "explicit model load / unload is not allowed if polling is enabled",
-                    StatusCode.UNAVAILABLE,
-                )
-            raise InferenceServerError(
-                "model load / unload through the repository API is not supported yet; "
-                "redeploy with 'serve deploy' or 'rayton serve --load-model'",
-                StatusCode.UNSUPPORTED,
-            )
+            raise self.model_control_error()
         return json_response(NOT_FOUND, 404)
 
     def _unrouted_model(self, path: str) -> Response:
@@ -184,18 +222,6 @@ class TritonServer:
         model = parts[2] if len(parts) > 2 else ""
         version = parts[4] if len(parts) > 4 and parts[3] == "versions" else ""
         action = parts[-1] if len(parts) in (4, 6) else ""
-        if action == "stats":  # core: no ready version is INVALID_ARG here, not NOT_FOUND
-            return error_response(
-                InferenceServerError(f"requested model '{model}' is not available")
-            )
-        if model in self.spec.unavailable:
-            if action == "ready":
-                return json_response({"error": "Model version not ready"}, 400)
-            reason = self.spec.unavailable[model]
-            return error_response(
-                InferenceServerError(
-                    f"Request for unknown model: '{model}' is not ready: {reason}",
-                    StatusCode.UNAVAILABLE,
-                )
-            )
-        return error_response(model_not_found(model, version))
+        if action == "ready" and model in self.spec.unavailable:
+            return json_response({"error": "Model version not ready"}, 400)
+        return error_response(self.undeployed_model_error(model, version, action))
