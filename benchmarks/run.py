@@ -22,10 +22,10 @@ from pathlib import Path
 
 from benchmarks import raw_ort
 from benchmarks.models import MAX_BATCH_SIZE, MODELS, QUEUE_DELAY_US, write_repositories
-from benchmarks.processes import ServerProcess
 from cluster.perf.config import PerfConfig
 from cluster.perf.result import LevelResult
 from cluster.perf.runner import run_level
+from cluster.processes import ServerProcess
 from tests.conftest import free_port
 
 

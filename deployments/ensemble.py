@@ -15,15 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import Response
 from tritonclient.grpc import model_config_pb2 as mc
 
-from deployments.classification import classify
-from deployments.http.model_routes import ModelHttpEndpoints
+from deployments.protocol import model_metadata, select_outputs
+from deployments.served_model import ServedModel
 from deployments.statistics import ExecutionTiming, RequestOutcome, VersionStatistics
 from repo_adapter.config import config_to_json_dict
-from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.ensemble import EnsembleStep, ensemble_steps
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
@@ -70,14 +67,7 @@ class EnsembleService:
 
     def metadata(self, version: str = "") -> dict[str, Any]:
         versions = [str(self._version(version))] if version else [str(v) for v in self.versions]
-        batch_dims = [-1] if self._batching else []
-        return {
-            "name": self.name,
-            "versions": versions,
-            "platform": "ensemble",
-            "inputs": [_tensor_metadata(t, batch_dims) for t in self.config.input],
-            "outputs": [_tensor_metadata(t, batch_dims) for t in self.config.output],
-        }
+        return model_metadata(self.config, versions)
 
     def model_config(self, version: str = "") -> dict[str, Any]:
         self._version(version)
@@ -160,19 +150,15 @@ class EnsembleService:
         self, request: InferRequest, version: int, tensors: dict[str, InferTensor]
     ) -> InferResponse:
         wanted = request.outputs or [RequestedOutput(t.name) for t in self.config.output]
-        outputs = []
-        for output in wanted:
-            tensor = tensors.get(output.name)
-            if tensor is None:
-                raise InferenceServerError(
-                    f"in ensemble '{self.name}', output '{output.name}' is not set",
-                    StatusCode.INTERNAL,
-                )
-            if output.class_count > 0:
-                tensor = classify(
-                    tensor, output.class_count, self.labels.get(output.name), self._batching
-                )
-            outputs.append(tensor)
+        outputs = select_outputs(
+            tensors,
+            wanted,
+            self.labels,
+            self._batching,
+            lambda name: InferenceServerError(
+                f"in ensemble '{self.name}', output '{name}' is not set", StatusCode.INTERNAL
+            ),
+        )
         # Triton's ensemble scheduler always reports the sequence parameters it propagated.
         parameters = {
             "sequence_id": request.parameters.get("sequence_id", 0),
@@ -202,14 +188,6 @@ def _step_request(
     )
 
 
-def _tensor_metadata(tensor, batch_dims: list[int]) -> dict[str, Any]:
-    return {
-        "name": tensor.name,
-        "datatype": config_to_protocol(tensor.data_type),
-        "shape": batch_dims + [int(d) for d in tensor.dims],
-    }
-
-
 @dataclass
 class EnsembleSpec:
     name: str
@@ -219,7 +197,7 @@ class EnsembleSpec:
 
 
 @serve.deployment
-class TritonEnsemble:
+class TritonEnsemble(ServedModel):
     """Serves one ensemble; members are other applications' model deployments."""
 
     def __init__(self, spec: EnsembleSpec) -> None:
@@ -227,7 +205,7 @@ class TritonEnsemble:
         config.ParseFromString(spec.config_bytes)
         self._handles: dict[str, Any] = {}
         self.service = EnsembleService(config, spec.versions, spec.labels, self._call_member)
-        self._http = ModelHttpEndpoints(self.service)
+        self._serve_http()
 
     async def _call_member(self, request: InferRequest) -> InferResponse:
         handle = self._handles.get(request.model_name)
@@ -235,24 +213,3 @@ class TritonEnsemble:
             handle = serve.get_deployment_handle(request.model_name, app_name=request.model_name)
             self._handles[request.model_name] = handle
         return await handle.infer.remote(request)
-
-    async def __call__(self, request: Request) -> Response:
-        return await self._http.handle(request)
-
-    async def infer(self, request: InferRequest) -> InferResponse:
-        return await self.service.infer(request)
-
-    def metadata(self, version: str = "") -> dict[str, Any]:
-        return self.service.metadata(version)
-
-    def model_config(self, version: str = "") -> dict[str, Any]:
-        return self.service.model_config(version)
-
-    def is_ready(self, version: str = "") -> bool:
-        return self.service.is_ready(version)
-
-    def state(self) -> dict[str, Any]:
-        return self.service.state()
-
-    def statistics(self, version: str = "") -> list[dict[str, Any]]:
-        return self.service.statistics(version)

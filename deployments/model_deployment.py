@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import Response
 from tritonclient.grpc import model_config_pb2 as mc
 
-from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.model_service import ModelService
+from deployments.served_model import ServedModel
 from repo_adapter.backends import InstanceSpec
-from repo_adapter.inference import InferRequest, InferResponse
 from repo_adapter.repository import RepositoryModel
 
 
@@ -69,35 +65,14 @@ def _instance(spec: ModelSpec) -> InstanceSpec:
 
 
 @serve.deployment
-class TritonModel:
+class TritonModel(ServedModel):
     """Serves one model (all its selected versions) from each replica."""
 
     def __init__(self, spec: ModelSpec) -> None:
         self.service = ModelService(
             spec.config(), Path(spec.model_dir), spec.versions, spec.labels, _instance(spec)
         )
-        self._http = ModelHttpEndpoints(self.service)
-
-    async def __call__(self, request: Request) -> Response:
-        return await self._http.handle(request)
-
-    async def infer(self, request: InferRequest) -> InferResponse:
-        return await self.service.infer(request)
-
-    def metadata(self, version: str = "") -> dict[str, Any]:
-        return self.service.metadata(version)
-
-    def model_config(self, version: str = "") -> dict[str, Any]:
-        return self.service.model_config(version)
-
-    def is_ready(self, version: str = "") -> bool:
-        return self.service.is_ready(version)
-
-    def state(self) -> dict[str, Any]:
-        return self.service.state()
-
-    def statistics(self, version: str = "") -> list[dict[str, Any]]:
-        return self.service.statistics(version)
+        self._serve_http()
 
     async def __del__(self) -> None:
         await self.service.close()

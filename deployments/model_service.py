@@ -17,11 +17,10 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.batching import BatchPolicy, DynamicBatcher
-from deployments.classification import classify
+from deployments.protocol import model_metadata, select_outputs
 from deployments.statistics import VersionStatistics
 from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, backend_class
 from repo_adapter.config import config_to_json_dict
-from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference import InferRequest, InferResponse, InferTensor
 from repo_adapter.request_validation import RequestValidator, model_not_found, reshaped
@@ -130,14 +129,7 @@ class ModelService:
             if not self.runners:
                 raise self._unavailable()
             versions = [str(v) for v in self.ready_versions]
-        batch_dims = [-1] if self._batching else []
-        return {
-            "name": self.name,
-            "versions": versions,
-            "platform": self.config.platform or self.config.backend,
-            "inputs": [_tensor_metadata(t, batch_dims) for t in self.config.input],
-            "outputs": [_tensor_metadata(t, batch_dims) for t in self.config.output],
-        }
+        return model_metadata(self.config, versions)
 
     def model_config(self, version: str = "") -> dict[str, Any]:
         """The normalised config as ``/config`` renders it."""
@@ -194,20 +186,15 @@ class ModelService:
     def _select_outputs(self, request: InferRequest, response: InferResponse) -> InferResponse:
         if not request.outputs:
             return response
-        selected = []
-        for wanted in request.outputs:
-            tensor = response.output(wanted.name)
-            if tensor is None:
-                raise InferenceServerError(
-                    f"output '{wanted.name}' was not produced by model '{self.name}'",
-                    StatusCode.INTERNAL,
-                )
-            if wanted.class_count > 0:
-                tensor = classify(
-                    tensor, wanted.class_count, self.labels.get(wanted.name), self._batching
-                )
-            selected.append(tensor)
-        response.outputs = selected
+        response.outputs = select_outputs(
+            {tensor.name: tensor for tensor in response.outputs},
+            request.outputs,
+            self.labels,
+            self._batching,
+            lambda name: InferenceServerError(
+                f"output '{name}' was not produced by model '{self.name}'", StatusCode.INTERNAL
+            ),
+        )
         return response
 
     async def close(self) -> None:
@@ -220,11 +207,3 @@ class ModelService:
 def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
     """Whether ``shape`` fits config ``dims`` (``-1`` matches any size)."""
     return len(shape) == len(dims) and all(d in (-1, s) for s, d in zip(shape, dims, strict=True))
-
-
-def _tensor_metadata(tensor, batch_dims: list[int]) -> dict[str, Any]:
-    return {
-        "name": tensor.name,
-        "datatype": config_to_protocol(tensor.data_type),
-        "shape": batch_dims + [int(d) for d in tensor.dims],
-    }

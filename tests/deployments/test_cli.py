@@ -13,9 +13,10 @@ import tritonclient.http as httpclient
 import yaml
 from ray.serve.schema import ServeDeploySchema
 
+from cluster.processes import session_pids
 from deployments.cli import main
 from tests.conftest import free_port
-from tests.deployments.test_serve_run import ready, session_pids, wait_until
+from tests.deployments.test_serve_run import ready, wait_until
 
 
 def test_build_writes_a_serve_config_with_one_app_per_model(example_repository, tmp_path, capsys):

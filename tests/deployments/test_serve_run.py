@@ -15,26 +15,12 @@ import pytest
 import tritonclient.http as httpclient
 import yaml
 
+from cluster.processes import session_pids
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def session_pids(sid: int) -> list[int]:
-    """Every live process of the process session ``sid`` (the server and all it started)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":  # field 6 of stat: session id
-            pids.append(int(entry.name))
-    return pids
 
 
 def wait_until(predicate, timeout_s: float, interval_s: float = 1.0) -> bool:

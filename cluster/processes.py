@@ -1,4 +1,8 @@
-"""Servers under test as child processes in their own session, stopped exactly (every pid)."""
+"""Servers as child processes in their own session, stopped exactly: every pid of the session.
+
+Ray's HAProxy and worker processes can outlive a server's own shutdown; a server started in
+a new session can be ended completely without touching anything else on the machine.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from pathlib import Path
 
 
 def session_pids(sid: int) -> list[int]:
+    """Live pids of process session ``sid`` (read from /proc; zombies excluded)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -1,0 +1,45 @@
+"""What a model's Serve deployment exposes, whether it is one model or an ensemble."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from deployments.http.model_routes import ModelHttpEndpoints
+from repo_adapter.inference import InferRequest, InferResponse
+
+
+class ServedModel:
+    """HTTP (``__call__``) and handle methods over ``self.service``.
+
+    Subclasses set ``self.service`` (a ModelService or EnsembleService) and call
+    :meth:`_serve_http`. Handle methods serve gRPC, ensembles and the server application.
+    """
+
+    service: Any
+
+    def _serve_http(self) -> None:
+        self._http = ModelHttpEndpoints(self.service)
+
+    async def __call__(self, request: Request) -> Response:
+        return await self._http.handle(request)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        return await self.service.infer(request)
+
+    def metadata(self, version: str = "") -> dict[str, Any]:
+        return self.service.metadata(version)
+
+    def model_config(self, version: str = "") -> dict[str, Any]:
+        return self.service.model_config(version)
+
+    def is_ready(self, version: str = "") -> bool:
+        return self.service.is_ready(version)
+
+    def state(self) -> dict[str, Any]:
+        return self.service.state()
+
+    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+        return self.service.statistics(version)
