@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.http import InferenceServerClient
 
 from deployments.classification import apply_classification
-from deployments.http import codec, compression
+from deployments.http import compression, wire
 from deployments.http.codec import (
     RawInputSpec,
     decode_infer_request,
@@ -38,7 +38,7 @@ except ImportError:  # the stdlib path is always tested; orjson only where insta
 @pytest.fixture(autouse=True, params=["stdlib"] + (["orjson"] if orjson else []))
 def json_backend(request, monkeypatch):
     """Run every test with the stdlib JSON path and, where installed, the orjson one."""
-    monkeypatch.setattr(codec, "_orjson", orjson if request.param == "orjson" else None)
+    monkeypatch.setattr(wire, "_orjson", orjson if request.param == "orjson" else None)
     return request.param
 
 

@@ -1,0 +1,223 @@
+"""Encode an ``InferResponse`` (or an error) as a KServe v2 / Triton HTTP response body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from deployments.http import compression
+from deployments.http.wire import (
+    _NO_JSON_TYPES,
+    BINARY_CONTENT_TYPE,
+    CONTENT_ENCODING,
+    CONTENT_TYPE,
+    INFERENCE_HEADER_CONTENT_LENGTH,
+    JSON_CONTENT_TYPE,
+    SharedMemoryRegions,
+    _shared_memory_location,
+    _stdlib_json_dumps,
+    json_dumps,
+)
+from repo_adapter.datatypes import (
+    protocol_to_numpy,
+    serialize_bytes_tensor,
+)
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
+
+
+def encode_error(
+    error: InferenceServerError | BaseException | str,
+    code: StatusCode = StatusCode.INVALID_ARG,
+) -> tuple[int, bytes, dict[str, str]]:
+    """Triton's error response: ``{"error": message}`` as ``application/json``.
+
+    Args:
+        error: an :class:`InferenceServerError` (its code decides the status), a message
+            (reported with ``code``), or any other exception (reported as INTERNAL).
+        code: the code for a plain message.
+
+    Returns:
+        ``(http_status, body, headers)``; headers include any the error asks for (e.g.
+        ``Accept-Encoding`` for an unsupported request ``Content-Encoding``).
+    """
+    headers = {CONTENT_TYPE: JSON_CONTENT_TYPE}
+    if isinstance(error, InferenceServerError):
+        message, code = error.message, error.code
+        headers.update(getattr(error, "headers", None) or {})
+    elif isinstance(error, str):
+        message = error
+    else:
+        message, code = str(error) or type(error).__name__, StatusCode.INTERNAL
+    return code.http_status, json_dumps({"error": message}), headers
+
+
+# --------------------------------------------------------------------------------------------
+# Response encoding
+
+
+def encode_infer_response(
+    response: InferResponse,
+    request: InferRequest,
+    accept_encoding: str | None = None,
+    *,
+    shared_memory: SharedMemoryRegions | None = None,
+    compression_level: int = -1,
+) -> tuple[bytes, dict[str, str]]:
+    """Encode an inference response as Triton's HTTP frontend does.
+
+    Classification must already have been applied
+    (:func:`deployments.classification.apply_classification`): outputs are encoded as given.
+
+    Args:
+        response: the outputs, in the order they are returned.
+        request: the decoded request (id, requested outputs, ``binary_data_output``).
+        accept_encoding: the request's ``Accept-Encoding`` header, or None.
+        shared_memory: regions for outputs the request placed in shared memory.
+        compression_level: zlib level when the response is compressed.
+
+    Returns:
+        ``(body, headers)``: ``Content-Type`` always; ``Inference-Header-Content-Length``
+        when binary data follows the JSON header (as Triton, only if at least one binary
+        output is non-empty); ``Content-Encoding`` when compressed.
+
+    Raises:
+        InferenceServerError: INVALID_ARG for FP16/BF16 outputs requested as JSON; INTERNAL
+            when a shared-memory output does not fit its region.
+    """
+    requested = {output.name: output for output in request.outputs}
+    default_binary = request.parameters.get("binary_data_output") is True
+    outputs: list[dict[str, Any]] = []
+    buffers: list[bytes | memoryview] = []
+    all_finite = True
+    for tensor in response.outputs:
+        entry, buffer, finite = _encode_output(
+            tensor, requested.get(tensor.name), default_binary, shared_memory
+        )
+        outputs.append(entry)
+        all_finite = all_finite and finite
+        if buffer is not None and len(buffer):
+            buffers.append(buffer)
+
+    header: dict[str, Any] = {}
+    response_id = response.id or request.id
+    if response_id:
+        header["id"] = response_id
+    header["model_name"] = response.model_name
+    header["model_version"] = response.model_version
+    if response.parameters:
+        header["parameters"] = response.parameters
+    header["outputs"] = outputs
+    # orjson writes NaN/Infinity as null, so non-finite JSON data goes through the stdlib.
+    header_bytes = json_dumps(header) if all_finite else _stdlib_json_dumps(header)
+
+    if buffers:
+        body = b"".join([header_bytes, *buffers])
+        headers = {
+            CONTENT_TYPE: BINARY_CONTENT_TYPE,
+            INFERENCE_HEADER_CONTENT_LENGTH: str(len(header_bytes)),
+        }
+    else:
+        body = header_bytes
+        headers = {CONTENT_TYPE: JSON_CONTENT_TYPE}
+    return _compress_response(body, headers, accept_encoding, compression_level)
+
+
+def _compress_response(
+    body: bytes, headers: dict[str, str], accept_encoding: str | None, level: int
+) -> tuple[bytes, dict[str, str]]:
+    coding = compression.response_coding(accept_encoding)
+    if coding != compression.IDENTITY:
+        body = compression.compress_body(body, coding, level)
+        headers[CONTENT_ENCODING] = coding
+    return body, headers
+
+
+def _encode_output(
+    tensor: InferTensor,
+    requested: RequestedOutput | None,
+    default_binary: bool,
+    shared_memory: SharedMemoryRegions | None,
+) -> tuple[dict[str, Any], bytes | memoryview | None, bool]:
+    """One output's JSON entry, its binary data (if any) and whether its JSON data is finite."""
+    entry: dict[str, Any] = {
+        "name": tensor.name,
+        "datatype": tensor.datatype,
+        "shape": list(tensor.shape),
+    }
+    parameters = dict(tensor.parameters)
+
+    if requested is not None and "shared_memory_region" in requested.parameters:
+        _write_shared_memory(tensor, requested, shared_memory)
+        return entry, None, True  # Triton sends neither data nor binary size for shm outputs
+
+    if requested is None:
+        binary = default_binary
+    else:
+        binary = bool(requested.binary_data)  # a listed output without binary_data is JSON
+
+    if binary:
+        buffer = _wire_buffer(tensor)
+        parameters["binary_data_size"] = len(buffer)
+        entry["parameters"] = parameters
+        return entry, buffer, True
+
+    if parameters:
+        entry["parameters"] = parameters
+    data, finite = _json_data(tensor)
+    entry["data"] = data
+    return entry, None, finite
+
+
+def _wire_buffer(tensor: InferTensor) -> bytes | memoryview:
+    """The tensor's binary wire form; a view (no copy) of contiguous fixed-size data."""
+    if tensor.datatype == "BYTES":
+        return serialize_bytes_tensor(np.asarray(tensor.data, dtype=np.object_))
+    array = np.ascontiguousarray(tensor.data, dtype=protocol_to_numpy(tensor.datatype))
+    # Viewed as bytes: memoryview cannot export dtypes such as bfloat16 directly.
+    return memoryview(array.reshape(-1).view(np.uint8))
+
+
+def _json_data(tensor: InferTensor) -> tuple[Any, bool]:
+    """Flat, row-major JSON data for an output, and whether it is free of NaN/Infinity."""
+    datatype = tensor.datatype
+    if datatype in _NO_JSON_TYPES:
+        raise InferenceServerError(
+            f"sending {datatype} data via JSON is not supported. Please use the binary data "
+            "format for output"
+        )
+    if datatype == "BYTES":
+        return [_json_text(item) for item in np.asarray(tensor.data).reshape(-1).tolist()], True
+    array = np.ascontiguousarray(tensor.data, dtype=protocol_to_numpy(datatype)).reshape(-1)
+    finite = array.dtype.kind != "f" or bool(np.isfinite(array).all())
+    return array, finite
+
+
+def _json_text(item: Any) -> str:
+    """A BYTES element as a JSON string; non-UTF-8 bytes survive via surrogateescape."""
+    if isinstance(item, bytes):
+        return item.decode("utf-8", "surrogateescape")
+    if isinstance(item, str):
+        return item
+    return str(item)
+
+
+def _write_shared_memory(
+    tensor: InferTensor,
+    requested: RequestedOutput,
+    shared_memory: SharedMemoryRegions | None,
+) -> None:
+    region, offset, byte_size = _shared_memory_location(requested.parameters)
+    if shared_memory is None:
+        raise InferenceServerError(
+            f"Unable to find shared memory region: '{region}'", StatusCode.NOT_FOUND
+        )
+    buffer = _wire_buffer(tensor)
+    if len(buffer) > byte_size:
+        raise InferenceServerError(
+            f"shared memory size specified with the request for output '{tensor.name}' "
+            f"({byte_size} bytes) should be at least {len(buffer)} bytes to hold the results",
+            StatusCode.INTERNAL,
+        )
+    shared_memory.write(region, offset, buffer)
