@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 	# The reference tritonserver (Triton 2.51, Python backend) for conformance tests; its own
 	# pins (numpy<2) would clash with ours and the binary needs none of them.
 	$(BIN)/pip install --quiet --no-deps "nvidia-pytriton==0.7.0"
+	# Its Python-backend stub needs numpy<2 (numpy 1.x ABI): a small environment of its own.
+	$(PYTHON) -m venv .venv-reference
+	.venv-reference/bin/pip install --quiet "numpy<2" onnxruntime
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -44,4 +47,4 @@ bench: examples
 	$(BIN)/python -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) $(EXAMPLES) examples/images
+	rm -rf $(VENV) .venv-reference $(EXAMPLES) examples/images

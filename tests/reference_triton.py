@@ -10,8 +10,9 @@ Python API, on a model repository of our choosing:
 * ``LD_LIBRARY_PATH`` starts with the running Python's ``lib`` directory (the stub links
   ``libpython3.X.so``; a different build of the same version breaks model loading) followed
   by ``nvidia_pytriton.libs`` (the bundled shared libraries);
-* ``PATH`` starts with the running interpreter's ``bin`` directory, so the stub's Python
-  finds this environment's packages (``numpy`` is required by the backend utilities);
+* ``PATH`` starts with the ``bin`` directory of the stubs' Python environment (see
+  :func:`stub_bin_dir`), so the stub's Python finds its packages (``numpy`` < 2 is required
+  by the 2.51 backend utilities);
 * every endpoint binds to 127.0.0.1 on ports the OS hands out (never fixed ports);
 * the server runs in its own process session and :meth:`ReferenceTriton.stop` signals the
   whole process group (server plus Python-backend stubs), SIGTERM then SIGKILL.
@@ -100,6 +101,9 @@ def _stub_path(server_root: Path) -> Path:
     return server_root / "python_backend_stubs" / version / _STUB_NAME
 
 
+REFERENCE_VENV_ENV = "RAYTON_REFERENCE_VENV"
+
+
 def server_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the binary and its Python-backend stubs (see the module docstring)."""
     env = dict(os.environ if base is None else base)
@@ -108,10 +112,25 @@ def server_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     if env.get("LD_LIBRARY_PATH"):
         libs.append(env["LD_LIBRARY_PATH"])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
-    env["PATH"] = os.pathsep.join(
-        p for p in (str(Path(sys.executable).parent), env.get("PATH", "")) if p
-    )
+    env["PATH"] = os.pathsep.join(p for p in (str(stub_bin_dir()), env.get("PATH", "")) if p)
     return env
+
+
+def stub_bin_dir() -> Path:
+    """``bin`` of the environment whose packages the Python-backend stubs import.
+
+    Triton 2.51's stub reads numpy arrays through numpy 1.x's ABI (under numpy 2 it sees
+    empty tensors), so ``make setup`` builds a small numpy<2 environment, ``.venv-reference``,
+    for the stubs alone; ``RAYTON_REFERENCE_VENV`` names another one. Without either, the
+    running interpreter's environment is used.
+    """
+    configured = os.environ.get(REFERENCE_VENV_ENV)
+    candidates = [Path(configured)] if configured else []
+    candidates.append(Path(__file__).resolve().parents[1] / ".venv-reference")
+    for venv in candidates:
+        if (venv / "bin" / "python").exists():
+            return venv / "bin"
+    return Path(sys.executable).parent
 
 
 # ---------------------------------------------------------------------------------------------
