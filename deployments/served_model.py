@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 
 from deployments.http.model_routes import ModelHttpEndpoints
+from deployments.statistics import merge_entries
 from repo_adapter.inference import InferRequest, InferResponse
+
+_STATISTICS_TIMEOUT_S = 10.0
 
 
 class ServedModel:
@@ -21,7 +25,7 @@ class ServedModel:
     service: Any
 
     def _serve_http(self) -> None:
-        self._http = ModelHttpEndpoints(self.service)
+        self._http = ModelHttpEndpoints(self.service, self.statistics)
 
     async def __call__(self, request: Request) -> Response:
         return await self._http.handle(request)
@@ -41,5 +45,15 @@ class ServedModel:
     def state(self) -> dict[str, Any]:
         return self.service.state()
 
-    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+    async def statistics(self, version: str = "") -> list[dict[str, Any]]:
+        """The model's statistics summed over all its replicas, as Triton reports a model."""
+        context = serve.get_replica_context()
+        handle = serve.get_deployment_handle(context.deployment, context.app_name)
+        per_replica = await handle.broadcast("local_statistics", version).results_async(
+            timeout_s=_STATISTICS_TIMEOUT_S
+        )
+        return merge_entries([entry for entries in per_replica for entry in entries])
+
+    def local_statistics(self, version: str = "") -> list[dict[str, Any]]:
+        """This replica's counters only."""
         return self.service.statistics(version)

@@ -151,3 +151,11 @@ def merge_statistics(entries: list[dict[str, Any]]) -> dict[str, Any]:
                 target[key]["ns"] += batch[key]["ns"]
     merged["batch_stats"] = [sizes[s] for s in sorted(sizes)]
     return merged
+
+
+def merge_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries of many replicas (and models) -> one merged entry per model version."""
+    by_version: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for entry in entries:
+        by_version.setdefault((entry["name"], entry["version"]), []).append(entry)
+    return [merge_statistics(group) for group in by_version.values()]

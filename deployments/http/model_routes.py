@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -65,8 +66,13 @@ def split_model_path(path: str, model: str) -> tuple[str, str] | None:
 class ModelHttpEndpoints:
     """Dispatches one HTTP request for a model to its :class:`ModelService`."""
 
-    def __init__(self, service: ModelService) -> None:
+    def __init__(
+        self,
+        service: ModelService,
+        statistics: Callable[[str], Awaitable[list[dict[str, Any]]]],
+    ) -> None:
         self.service = service
+        self._statistics = statistics  # the model's totals over all its replicas
         # A body with Inference-Header-Content-Length 0 is the raw bytes of the only input.
         self._raw_input = RawInputSpec.from_model_config(service.config)
 
@@ -94,7 +100,7 @@ class ModelHttpEndpoints:
             if action == "config":
                 return json_response(self.service.model_config(version))
             if action == "stats":
-                return json_response({"model_stats": self.service.statistics(version)})
+                return json_response({"model_stats": await self._statistics(version)})
         except InferenceServerError as err:
             return error_response(err)
         except Exception as err:  # a bug must still answer in Triton's error format

@@ -407,3 +407,19 @@ def test_binary_request_body_layout_is_what_tritonclient_sends(server):
         length = int(headers["inference-header-content-length"])
         out = np.frombuffer(response[length:], dtype=np.float32)
         np.testing.assert_array_equal(out, a + a)
+
+
+def test_statistics_sum_all_replicas(client):
+    """mlp_autocomplete runs two replicas (ORT's CPU default count 2): stats are the model's."""
+    before = client.get_inference_statistics("mlp_autocomplete")["model_stats"][0]
+    data = np.ones((1, 16), np.float32)
+    inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32")]
+    inputs[0].set_data_from_numpy(data)
+    for _ in range(12):
+        client.infer("mlp_autocomplete", inputs)
+    after = client.get_inference_statistics("mlp_autocomplete")["model_stats"][0]
+    success = after["inference_stats"]["success"]["count"]
+    assert success - before["inference_stats"]["success"]["count"] == 12
+    everything = client.get_inference_statistics()["model_stats"]
+    (entry,) = [e for e in everything if e["name"] == "mlp_autocomplete"]
+    assert entry["inference_stats"]["success"]["count"] == success
