@@ -2,12 +2,14 @@
 
 Each model gets an application with route prefix ``/v2/models/<name>`` whose single
 deployment is named after the model, so the proxy routes its requests straight to its
-replicas and YAML ``deployments:`` overrides work by model name. The builder functions
-here are the ``import_path`` targets of ``serve_config.yaml``.
+replicas and YAML ``deployments:`` overrides work by model name. With a gRPC port, the
+``rayton-grpc`` application (no HTTP route) serves Triton's gRPC protocol. The builder
+functions named by ``import_path`` are the targets of ``serve_config.yaml``.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +30,11 @@ from repo_adapter.repository import RepositoryModel, scan_model, scan_repository
 logger = logging.getLogger(__name__)
 
 SERVER_APP_NAME = "rayton-server"
+GRPC_APP_NAME = "rayton-grpc"
 MODEL_APP_IMPORT_PATH = "deployments.applications:build_model_app"
 SERVER_APP_IMPORT_PATH = "deployments.applications:build_server_app"
+GRPC_APP_IMPORT_PATH = "deployments.grpc.deployment:build_grpc_app"
+DEFAULT_GRPC_PORT = 8001
 
 
 class ModelAppArgs(BaseModel):
@@ -50,15 +55,36 @@ class ServerAppArgs(BaseModel):
     strict_readiness: bool = True
 
 
+class GrpcAppArgs(ServerAppArgs):
+    """``args`` of the gRPC application: the server application's, plus where to listen."""
+
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = DEFAULT_GRPC_PORT
+
+
 @dataclass
 class AppPlan:
-    """One Serve application to deploy."""
+    """One Serve application to deploy.
+
+    ``route_prefix`` None: no HTTP route (the gRPC application). ``deployment`` names the
+    application's deployment when it is not the application name.
+    """
 
     name: str
-    route_prefix: str
+    route_prefix: str | None
     import_path: str
     args: dict[str, Any]
     deployment_options: dict[str, Any] = field(default_factory=dict)
+    deployment: str = ""
+
+    @property
+    def deployment_name(self) -> str:
+        return self.deployment or self.name
+
+    def build(self) -> Application:
+        """The application, from the builder ``import_path`` names (as ``serve run`` does)."""
+        module, attribute = self.import_path.split(":")
+        return getattr(importlib.import_module(module), attribute)(self.args)
 
 
 def model_route_prefix(model: str) -> str:
@@ -88,8 +114,14 @@ def plan_applications(
     repository: str | Path,
     models: list[str] | None = None,
     model_control_mode: str = "none",
+    grpc_port: int | None = None,
+    grpc_host: str = "127.0.0.1",
 ) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
-    """Applications for the servable models of ``repository`` (all, or ``models``)."""
+    """Applications for the servable models of ``repository`` (all, or ``models``).
+
+    The server application comes first, then the gRPC application when ``grpc_port`` is
+    given, then one application per model.
+    """
     scanned = scan_for_serving(repository, models)
     plans = []
     for name, model in scanned.items():
@@ -108,17 +140,33 @@ def plan_applications(
     server_args = ServerAppArgs(
         model_repository=str(repository), models=models, model_control_mode=model_control_mode
     )
-    plans.insert(
-        0,
+    front = [
         AppPlan(
             name=SERVER_APP_NAME,
             route_prefix="/",
             import_path=SERVER_APP_IMPORT_PATH,
             args=server_args.model_dump(exclude_defaults=True),
             deployment_options={"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
-        ),
-    )
-    return plans, scanned
+            deployment="server",
+        )
+    ]
+    if grpc_port is not None:
+        # Host and port always written out (not left to defaults): readers look for them.
+        grpc_args = GrpcAppArgs(
+            **server_args.model_dump(), grpc_host=grpc_host, grpc_port=grpc_port
+        ).model_dump(exclude_defaults=True) | {"grpc_host": grpc_host, "grpc_port": grpc_port}
+        front.append(
+            AppPlan(
+                name=GRPC_APP_NAME,
+                route_prefix=None,
+                import_path=GRPC_APP_IMPORT_PATH,
+                args=grpc_args,
+                # One replica per cluster for now; see deployments/grpc/deployment.py.
+                deployment_options={"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
+                deployment="grpc",
+            )
+        )
+    return front + plans, scanned
 
 
 def build_model_app(args: ModelAppArgs) -> Application:
@@ -143,18 +191,23 @@ def build_model_app(args: ModelAppArgs) -> Application:
     return TritonModel.options(name=args.model, **options).bind(spec)
 
 
-def build_server_app(args: ServerAppArgs) -> Application:
-    """The server application (``import_path`` target)."""
-    if isinstance(args, dict):
-        args = ServerAppArgs.model_validate(args)
+def server_spec(args: ServerAppArgs) -> ServerSpec:
+    """The repository as the server-wide endpoints (HTTP and gRPC) see it."""
     scanned = scan_for_serving(args.model_repository, args.models)
-    spec = ServerSpec(
+    return ServerSpec(
         repository=args.model_repository,
         deployed=[name for name, m in scanned.items() if m.available],
         unavailable={name: m.error for name, m in scanned.items() if not m.available},
         model_control_mode=args.model_control_mode,
         strict_readiness=args.strict_readiness,
     )
+
+
+def build_server_app(args: ServerAppArgs) -> Application:
+    """The server application (``import_path`` target)."""
+    if isinstance(args, dict):
+        args = ServerAppArgs.model_validate(args)
+    spec = server_spec(args)
     return TritonServer.options(
         name="server", num_replicas=1, ray_actor_options={"num_cpus": 0}
     ).bind(spec)

@@ -29,8 +29,7 @@ def serve_config(
             "args": plan.args,
         }
         if plan.deployment_options:
-            deployment_name = "server" if plan.route_prefix == "/" else plan.name
-            app["deployments"] = [{"name": deployment_name, **plan.deployment_options}]
+            app["deployments"] = [{"name": plan.deployment_name, **plan.deployment_options}]
         applications.append(app)
     return {
         "proxy_location": proxy_location,

@@ -27,7 +27,7 @@ from deployments.http.model_routes import (
     error_response,
     json_response,
 )
-from deployments.statistics import merge_statistics
+from deployments.statistics import merge_entries
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.request_validation import model_not_found
 
@@ -76,7 +76,8 @@ class ServerCore:
             self._handles[model] = serve.get_deployment_handle(model, app_name=model)
         return self._handles[model]
 
-    async def _call(self, model: str, method: str, *args):
+    async def call(self, model: str, method: str, *args):
+        """``method`` of a deployed model's deployment (metadata, state, ...), with a timeout."""
         handle = getattr(self.handle(model), method)
         return await asyncio.wait_for(handle.remote(*args), _HANDLE_TIMEOUT_S)
 
@@ -90,7 +91,7 @@ class ServerCore:
         if self.spec.strict_readiness and self.spec.unavailable:
             return False
         try:
-            states = await asyncio.gather(*(self._call(m, "is_ready") for m in self.spec.deployed))
+            states = await asyncio.gather(*(self.call(m, "is_ready") for m in self.spec.deployed))
         except Exception:  # a model app still deploying or failed: not ready
             return False
         return all(states)
@@ -99,15 +100,12 @@ class ServerCore:
         entries: list[dict[str, Any]] = []
         for model in self.spec.deployed:
             try:
-                entries.extend(await self._call(model, "statistics"))
+                entries.extend(await self.call(model, "statistics"))
             except InferenceServerError:
                 continue  # no ready version: Triton lists only ready versions
             except Exception:
                 logger.warning("no statistics from model '%s'", model)
-        by_version: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for entry in entries:
-            by_version.setdefault((entry["name"], entry["version"]), []).append(entry)
-        return [merge_statistics(group) for group in by_version.values()]
+        return merge_entries(entries)
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         index: list[dict[str, Any]] = []
@@ -123,7 +121,7 @@ class ServerCore:
                     )
                 continue
             try:
-                states = await self._call(model, "state")
+                states = await self.call(model, "state")
             except Exception as err:
                 states = {"": {"state": "UNAVAILABLE", "reason": f"not deployed: {err}"}}
             for version, state in sorted(states.items()):

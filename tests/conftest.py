@@ -40,24 +40,23 @@ class ServeCluster:
     def http_url(self) -> str:
         return f"127.0.0.1:{self.http_port}"
 
-    def deploy_repository(self, repository: Path, models: list[str] | None = None) -> list[str]:
-        """Deploy a repository's applications (server app included); returns app names."""
+    def deploy_repository(
+        self, repository: Path, models: list[str] | None = None, grpc_port: int | None = None
+    ) -> list[str]:
+        """Deploy a repository's applications (server app included); returns app names.
+
+        ``grpc_port``: also deploy the gRPC application, listening on 127.0.0.1 there.
+        """
         from ray import serve
         from ray.serve.api import RunTarget
 
-        from deployments.applications import (
-            build_model_app,
-            build_server_app,
-            plan_applications,
-        )
+        from deployments.applications import plan_applications
 
-        plans, _ = plan_applications(repository, models)
-        targets = []
-        for plan in plans:
-            builder = build_server_app if plan.route_prefix == "/" else build_model_app
-            targets.append(
-                RunTarget(builder(plan.args), name=plan.name, route_prefix=plan.route_prefix)
-            )
+        plans, _ = plan_applications(repository, models, grpc_port=grpc_port)
+        targets = [
+            RunTarget(plan.build(), name=plan.name, route_prefix=plan.route_prefix)
+            for plan in plans
+        ]
         serve.run_many(targets, wait_for_applications_running=True)
         return [plan.name for plan in plans]
 

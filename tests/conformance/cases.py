@@ -600,7 +600,10 @@ CASES = REGISTRY.cases
 
 # What the suite deliberately does not compare, and why (for the README section).
 NOT_COMPARED: tuple[tuple[str, str], ...] = (
-    ("gRPC", "rayton has no gRPC frontend yet; the driver's GrpcSession runs the client cases"),
+    (
+        "gRPC-only RPCs (ModelStreamInfer, shared memory, trace and log settings)",
+        "checked by rayton's own tests (tests/deployments/grpc), not against Triton yet",
+    ),
     (
         "classification of a BYTES output",
         "tritonserver 2.51 crashes on it; rayton answers 400 as current Triton documents",

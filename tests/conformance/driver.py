@@ -7,8 +7,8 @@ observation is plain data (dicts, lists, str, int, float, bool, None), already n
 
 A case either talks raw HTTP (:meth:`Target.raw`: exact status codes, headers and bodies) or
 goes through :attr:`Target.client`, a :class:`~tests.conformance.sessions.ClientSession` for
-the protocol of the pass (``tritonclient.http`` now; ``tritonclient.grpc`` slots in unchanged
-once rayton serves gRPC).
+the protocol of the pass (``tritonclient.http`` or ``tritonclient.grpc``; raw cases run only
+in the HTTP pass).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The module fixture starts the reference tritonserver (2.51, bundled with nvidia-pytriton) and
 deploys the same repository on the session's Serve cluster, runs the request sequence of
-:mod:`tests.conformance.cases` against both, and each test compares one case. Differences must
-be listed in :mod:`tests.conformance.allowlist`: deliberate ones pass, known gaps xfail.
+:mod:`tests.conformance.cases` against both (the client cases a second time over
+``tritonclient.grpc``), and each test compares one case. Differences must be listed in
+:mod:`tests.conformance.allowlist`: deliberate ones pass, known gaps xfail.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import pytest
 from tests.conformance.allowlist import ALLOWED, KNOWN_GAPS
 from tests.conformance.cases import REGISTRY
 from tests.conformance.driver import Server, compare, http_request, run_sequence
+from tests.conftest import free_port
 from tests.reference_triton import ReferenceTriton, ReferenceTritonError, require_reference_triton
 
 pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 
 REPOSITORY = Path(__file__).parent / "model_repository"
 HTTP_CASES = REGISTRY.for_protocol("http")
+GRPC_CASES = REGISTRY.for_protocol("grpc")
 
 
 @dataclass
@@ -49,12 +52,12 @@ def servers(serve_cluster) -> Iterator[tuple[Server, Server]]:
     try:
         not_ready = [m for m in reference.repository_index() if m.get("state") != "READY"]
         assert not not_ready, f"the reference could not load the repository: {not_ready}"
-        apps = serve_cluster.deploy_repository(REPOSITORY)
+        grpc_port = free_port()
+        apps = serve_cluster.deploy_repository(REPOSITORY, grpc_port=grpc_port)
         wait_ready(serve_cluster.http_url)
         yield (
             Server("reference", reference.http_url.removeprefix("http://"), reference.grpc_url),
-            # rayton has no gRPC frontend yet: set grpc_url here once it does.
-            Server("rayton", serve_cluster.http_url),
+            Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}"),
         )
     finally:
         reference.cleanup()
@@ -83,6 +86,15 @@ def http_observations(servers) -> Observations:
     )
 
 
+@pytest.fixture(scope="module")
+def grpc_observations(servers) -> Observations:
+    """The client cases again, over tritonclient.grpc."""
+    reference, rayton = servers
+    return Observations(
+        run_sequence(reference, GRPC_CASES, "grpc"), run_sequence(rayton, GRPC_CASES, "grpc")
+    )
+
+
 def check_case(name: str, observations: Observations) -> None:
     """Fail on unexplained differences; xfail when only known gaps remain."""
     for side in (observations.reference, observations.rayton):
@@ -101,39 +113,26 @@ def test_http(case: str, http_observations: Observations) -> None:
     check_case(case, http_observations)
 
 
-def test_allowlist_entries_still_match(http_observations: Observations) -> None:
+@pytest.mark.parametrize("case", [c.name for c in GRPC_CASES])
+def test_grpc(case: str, grpc_observations: Observations) -> None:
+    check_case(case, grpc_observations)
+
+
+def test_allowlist_entries_still_match(
+    http_observations: Observations, grpc_observations: Observations
+) -> None:
     """Every allow-list entry and known gap explains at least one current difference."""
     used: set = set()
-    for case in HTTP_CASES:
-        _, matched = compare(
-            case.name,
-            http_observations.reference[case.name],
-            http_observations.rayton[case.name],
-            ALLOWED + KNOWN_GAPS,
-        )
-        used |= matched
+    for cases, observations in ((HTTP_CASES, http_observations), (GRPC_CASES, grpc_observations)):
+        for case in cases:
+            _, matched = compare(
+                case.name,
+                observations.reference[case.name],
+                observations.rayton[case.name],
+                ALLOWED + KNOWN_GAPS,
+            )
+            used |= matched
     stale = [entry for entry in ALLOWED + KNOWN_GAPS if entry not in used]
     assert not stale, "entries that match no difference any more (remove them):\n" + "\n".join(
         f"{entry.case} {entry.path}: {entry.reason}" for entry in stale
     )
-
-
-def test_grpc(servers) -> None:
-    """The client cases over tritonclient.grpc, once rayton serves gRPC."""
-    reference, rayton = servers
-    if rayton.grpc_url is None:
-        pytest.skip("rayton has no gRPC frontend yet; the gRPC session is ready in driver.py")
-    cases = REGISTRY.for_protocol("grpc")
-    observations = Observations(
-        run_sequence(reference, cases, "grpc"), run_sequence(rayton, cases, "grpc")
-    )
-    failures = []
-    for case in cases:
-        mismatches, _ = compare(
-            case.name,
-            observations.reference[case.name],
-            observations.rayton[case.name],
-            ALLOWED + KNOWN_GAPS,
-        )
-        failures += mismatches
-    assert not failures, "differences from Triton over gRPC:\n" + "\n".join(map(str, failures))

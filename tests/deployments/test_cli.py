@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
 from ray.serve.schema import ServeDeploySchema
@@ -26,6 +27,11 @@ def test_build_writes_a_serve_config_with_one_app_per_model(example_repository, 
     ServeDeploySchema.model_validate(config)  # what `serve run` / `serve deploy` accept
     apps = {app["name"]: app for app in config["applications"]}
     assert apps["rayton-server"]["route_prefix"] == "/"
+    grpc = apps["rayton-grpc"]  # Triton's gRPC endpoint on 8001 by default, no HTTP route
+    assert grpc["route_prefix"] is None
+    assert grpc["import_path"] == "deployments.grpc.deployment:build_grpc_app"
+    assert (grpc["args"]["grpc_host"], grpc["args"]["grpc_port"]) == ("127.0.0.1", 8001)
+    assert grpc["deployments"][0]["name"] == "grpc"
     onnx = apps["image_classifier_onnx"]
     assert onnx["route_prefix"] == "/v2/models/image_classifier_onnx"
     assert onnx["deployments"][0]["name"] == "image_classifier_onnx"
@@ -41,13 +47,20 @@ def test_build_reports_broken_models(tmp_path, capsys):
     assert main(["build", str(repository), "-o", str(tmp_path / "cfg.yaml")]) == 0
     assert "broken" in capsys.readouterr().out
     config = yaml.safe_load((tmp_path / "cfg.yaml").read_text())
-    assert [app["name"] for app in config["applications"]] == ["rayton-server"]
+    assert [app["name"] for app in config["applications"]] == ["rayton-server", "rayton-grpc"]
+
+
+def test_build_without_grpc(example_repository, tmp_path):
+    output = tmp_path / "serve_config.yaml"
+    assert main(["build", str(example_repository), "-o", str(output), "--grpc-port", "0"]) == 0
+    names = [app["name"] for app in yaml.safe_load(output.read_text())["applications"]]
+    assert "rayton-grpc" not in names and names[0] == "rayton-server"
 
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM])
 def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, stop_signal):
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
     env.pop("RAY_ADDRESS", None)
     server = subprocess.Popen(
@@ -58,6 +71,8 @@ def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, st
             str(example_repository),
             "--http-port",
             str(port),
+            "--grpc-port",
+            str(grpc_port),
             "--dashboard-port",
             str(free_port()),
             "--load-model",
@@ -75,9 +90,12 @@ def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, st
         with httpclient.InferenceServerClient(url) as client:
             assert client.is_model_ready("add_sub")
             assert not client.is_model_ready("image_classifier_onnx")  # not loaded
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+            assert client.is_model_ready("add_sub")
         server.send_signal(stop_signal)
         output, _ = server.communicate(timeout=120)
         assert f"http://127.0.0.1:{port}" in output
+        assert f"gRPC (Triton):              127.0.0.1:{grpc_port}" in output
         assert "Ray dashboard" in output
         assert wait_until(lambda: not session_pids(server.pid), 60), (
             f"processes left running: {session_pids(server.pid)}"

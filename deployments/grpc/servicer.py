@@ -1,0 +1,276 @@
+"""``inference.GRPCInferenceService``: Triton's gRPC API answered from rayton's deployments.
+
+Model RPCs go to each model's deployment through its handle (``infer``, ``metadata``,
+``model_config``, ``is_ready``, ``statistics``); server-wide RPCs (health, metadata, repository
+index, load/unload, statistics of all models) share :class:`~deployments.server_deployment.
+ServerCore` with the HTTP server application, so both protocols answer alike. Errors are
+:class:`InferenceServerError` mapped to gRPC status codes as Triton maps them.
+
+Not supported, answered as Triton answers when a feature is compiled out or unavailable:
+system / CUDA shared memory (UNIMPLEMENTED), trace settings and log settings (UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from deployments.grpc import codec
+from deployments.server_deployment import ServerCore
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference import InferRequest, InferResponse
+
+logger = logging.getLogger(__name__)
+
+# Requests of one ModelStreamInfer stream that may be in flight before reading pauses.
+STREAM_WINDOW = 256
+
+_SYSTEM_SHM = (
+    "system shared memory is not supported by this server (rayton): send tensor data in the "
+    "request (raw_input_contents)"
+)
+_CUDA_SHM = (
+    "CUDA shared memory is not supported by this server (rayton): send tensor data in the "
+    "request (raw_input_contents)"
+)
+_TRACE = "the server does not support trace"
+_LOGGING = "the server does not support dynamic logging"
+_REPOSITORY_NAME = "'repository_name' specification is not supported"
+
+
+def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Answer errors with their gRPC status instead of letting grpc report UNKNOWN."""
+
+    @functools.wraps(method)
+    async def wrapper(self: TritonGrpcServicer, request: Any, context: Any) -> Any:
+        try:
+            return await method(self, request, context)
+        except InferenceServerError as err:
+            error: BaseException = err
+        except Exception as err:
+            logger.exception("gRPC %s failed", method.__name__)
+            error = err
+        code, details = codec.grpc_status(error)
+        await context.abort(code, details)
+
+    return wrapper
+
+
+def _unsupported(message: str, code: StatusCode) -> Callable[..., Awaitable[Any]]:
+    async def method(self: TritonGrpcServicer, request: Any, context: Any) -> Any:
+        raise InferenceServerError(message, code)
+
+    return _rpc(method)
+
+
+class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Every RPC of ``inference.GRPCInferenceService``, on a ``grpc.aio`` server."""
+
+    def __init__(self, core: ServerCore) -> None:
+        self.core = core
+
+    # ------------------------------------------------------------------ model calls
+
+    def _require_deployed(self, model: str, version: str, action: str) -> None:
+        if not self.core.is_deployed(model):
+            raise self.core.undeployed_model_error(model, version, action)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """One inference on the model's deployment (its replicas and dynamic batcher)."""
+        self._require_deployed(request.model_name, request.model_version, "infer")
+        return await self.core.handle(request.model_name).infer.remote(request)
+
+    async def _decode_and_infer(self, message: pb.ModelInferRequest) -> tuple[InferResponse, bool]:
+        # Triton's order: version string, then the model, then the request's contents.
+        version = codec.parse_model_version(message.model_version)
+        self._require_deployed(message.model_name, version, "infer")
+        request, empty_final = codec.decode_infer_request(message)
+        return await self.infer(request), empty_final
+
+    async def _model_call(self, model: str, version: str, method: str, action: str) -> Any:
+        version = codec.parse_model_version(version)
+        self._require_deployed(model, version, action)
+        return await self.core.call(model, method, version)
+
+    # ------------------------------------------------------------------ health and metadata
+
+    @_rpc
+    async def ServerLive(self, request: pb.ServerLiveRequest, context) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    @_rpc
+    async def ServerReady(self, request: pb.ServerReadyRequest, context) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=await self.core.server_ready())
+
+    @_rpc
+    async def ModelReady(self, request: pb.ModelReadyRequest, context) -> pb.ModelReadyResponse:
+        # Core's TRITONSERVER_ServerModelIsReady: an unknown, unavailable or unloaded model or
+        # version is "not ready", not an error (2.51, and again since core#508 in 26.07).
+        version = codec.parse_model_version(request.version)
+        if not self.core.is_deployed(request.name):
+            return pb.ModelReadyResponse(ready=False)
+        ready = await self.core.call(request.name, "is_ready", version)
+        return pb.ModelReadyResponse(ready=bool(ready))
+
+    @_rpc
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context
+    ) -> pb.ServerMetadataResponse:
+        return codec.server_metadata_response(self.core.server_metadata())
+
+    @_rpc
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context
+    ) -> pb.ModelMetadataResponse:
+        metadata = await self._model_call(request.name, request.version, "metadata", "")
+        return codec.model_metadata_response(metadata)
+
+    @_rpc
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context) -> pb.ModelConfigResponse:
+        config = await self._model_call(request.name, request.version, "model_config", "config")
+        return codec.model_config_response(config)
+
+    @_rpc
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context
+    ) -> pb.ModelStatisticsResponse:
+        if not request.name:
+            codec.parse_model_version(request.version)
+            return codec.statistics_response(await self.core.all_statistics())
+        entries = await self._model_call(request.name, request.version, "statistics", "stats")
+        return codec.statistics_response(entries)
+
+    # ------------------------------------------------------------------ inference
+
+    @_rpc
+    async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
+        response, _ = await self._decode_and_infer(request)
+        return codec.encode_infer_response(response, request.id)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """One response message per request, in request order; errors don't end the stream.
+
+        Requests of a stream run concurrently (up to :data:`STREAM_WINDOW` in flight), so a
+        stream feeds the models' dynamic batchers like concurrent unary calls do.
+        """
+        pending: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(STREAM_WINDOW)
+
+        async def read() -> None:
+            try:
+                async for message in request_iterator:
+                    await pending.put(asyncio.ensure_future(self._stream_one(message)))
+            finally:
+                await pending.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (task := await pending.get()) is not None:
+                yield await task
+            await reader  # re-raises a failed read (the client went away)
+        finally:
+            reader.cancel()
+            while not pending.empty():
+                task = pending.get_nowait()
+                if task is not None:
+                    task.cancel()
+
+    async def _stream_one(self, message: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+        try:
+            response, empty_final = await self._decode_and_infer(message)
+        except Exception as err:
+            if not isinstance(err, InferenceServerError):
+                logger.exception("gRPC ModelStreamInfer request failed")
+            return codec.stream_response(error=err, request_id=message.id)
+        return codec.stream_response(response, request_id=message.id, final_flag=empty_final)
+
+    # ------------------------------------------------------------------ model repository
+
+    @_rpc
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context
+    ) -> pb.RepositoryIndexResponse:
+        if request.repository_name:
+            raise InferenceServerError(_REPOSITORY_NAME, StatusCode.UNSUPPORTED)
+        return codec.repository_index_response(await self.core.repository_index(request.ready))
+
+    @_rpc
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context
+    ) -> pb.RepositoryModelLoadResponse:
+        if request.repository_name:
+            raise InferenceServerError(_REPOSITORY_NAME, StatusCode.UNSUPPORTED)
+        for key, value in request.parameters.items():
+            kind = value.WhichOneof("parameter_choice")
+            if key == "config" and kind != "string_param":
+                expected = "string_param"
+            elif key.startswith("file:") and kind != "bytes_param":
+                expected = "bytes_param"
+            elif key != "config" and not key.startswith("file:"):
+                raise InferenceServerError(f"unrecognized load parameter '{key}'.")
+            else:
+                continue
+            raise InferenceServerError(
+                f"invalid value type for load parameter '{key}', expected {expected}."
+            )
+        raise self.core.model_control_error()
+
+    @_rpc
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context
+    ) -> pb.RepositoryModelUnloadResponse:
+        if request.repository_name:
+            raise InferenceServerError(_REPOSITORY_NAME, StatusCode.UNSUPPORTED)
+        dependents = request.parameters.get("unload_dependents")
+        if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
+            raise InferenceServerError(
+                "invalid value type for 'unload_dependents' parameter, expected bool_param."
+            )
+        raise self.core.model_control_error()
+
+    # ------------------------------------------------------------------ not supported
+
+    SystemSharedMemoryStatus = _unsupported(_SYSTEM_SHM, StatusCode.UNSUPPORTED)
+    SystemSharedMemoryRegister = _unsupported(_SYSTEM_SHM, StatusCode.UNSUPPORTED)
+    SystemSharedMemoryUnregister = _unsupported(_SYSTEM_SHM, StatusCode.UNSUPPORTED)
+    CudaSharedMemoryStatus = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
+    CudaSharedMemoryRegister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
+    CudaSharedMemoryUnregister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
+    TraceSetting = _unsupported(_TRACE, StatusCode.UNAVAILABLE)
+    LogSettings = _unsupported(_LOGGING, StatusCode.UNAVAILABLE)
+
+
+# ---------------------------------------------------------------------------------------------
+# grpc.health.v1.Health/Check, as Triton serves it (SERVING when the server is ready)
+
+_HEALTH_SERVICE = "grpc.health.v1.Health"
+_SERVING, _NOT_SERVING = 1, 2  # HealthCheckResponse.ServingStatus
+
+
+def health_handler(core: ServerCore) -> grpc.GenericRpcHandler:
+    """``grpc.health.v1.Health/Check`` without the grpcio-health-checking package.
+
+    ``HealthCheckResponse`` is one enum field (number 1), so the reply is written by hand;
+    the request's ``service`` name is ignored, as Triton ignores it.
+    """
+
+    async def check(request: bytes, context) -> bytes:
+        status = _SERVING if await core.server_ready() else _NOT_SERVING
+        return bytes((0x08, status))  # field 1, varint
+
+    return grpc.method_handlers_generic_handler(
+        _HEALTH_SERVICE,
+        {
+            "Check": grpc.unary_unary_rpc_method_handler(
+                check, request_deserializer=None, response_serializer=None
+            )
+        },
+    )
