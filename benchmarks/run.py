@@ -67,7 +67,8 @@ def start_system(name: str, repos: dict[str, Path], logs: Path):
     """Start one system; returns (url, stop callable)."""
     port = free_port()
     python = sys.executable
-    if name == "rayton":
+    if name in ("rayton", "rayton-grpc"):
+        grpc_port = free_port() if name == "rayton-grpc" else 0  # 0: no gRPC frontend
         server = ServerProcess(
             [
                 str(Path(python).parent / "rayton"),
@@ -76,13 +77,15 @@ def start_system(name: str, repos: dict[str, Path], logs: Path):
                 str(repos["rayton"]),
                 "--http-port",
                 str(port),
+                "--grpc-port",
+                str(grpc_port),
                 "--dashboard-port",
                 str(free_port()),
             ],
-            logs / "rayton.log",
+            logs / f"{name}.log",
         )
         server.wait_http(f"http://127.0.0.1:{port}/v2/health/ready")
-        return f"127.0.0.1:{port}", server.stop
+        return f"127.0.0.1:{grpc_port or port}", server.stop
     if name == "handwritten":
         server = ServerProcess(
             [
@@ -119,6 +122,7 @@ def measure_system(
             config = PerfConfig(
                 model_name=level.model,
                 url=url,
+                protocol="grpc" if name.endswith("grpc") else "http",
                 batch_size=level.batch,
                 measurement_interval_ms=window_ms,
                 max_trials=3,
@@ -173,15 +177,19 @@ def render(
         "no ORT backend). Load: `rayton perf`'s library (tritonclient aio, binary tensors), "
         "closed loop, on the same machine, one system at a time.",
         "",
-        "| level | rayton infer/s | Triton 2.51 infer/s | hand-written Serve infer/s "
-        "| rayton / Triton | rayton / hand-written | p50 rayton / Triton (ms) |",
-        "|---|---|---|---|---|---|---|",
+        "| level | rayton HTTP infer/s | rayton gRPC infer/s | Triton 2.51 infer/s "
+        "| hand-written Serve infer/s | rayton / Triton | rayton / hand-written "
+        "| gRPC / HTTP | p50 rayton / Triton (ms) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    grpc = systems.get("rayton-grpc")
     for level in LEVELS:
         r, t, h = (s.median_throughput(level) for s in (rayton, triton, hand))
+        g = grpc.median_throughput(level) if grpc else float("nan")
+        p50 = f"{rayton.median_p50_us(level) / 1000:.2f} / {triton.median_p50_us(level) / 1000:.2f}"
         lines.append(
-            f"| {level.label} | {r:.0f} | {t:.0f} | {h:.0f} | {r / t:.2f} | {r / h:.2f} | "
-            f"{rayton.median_p50_us(level) / 1000:.2f} / {triton.median_p50_us(level) / 1000:.2f} |"
+            f"| {level.label} | {r:.0f} | {g:.0f} | {t:.0f} | {h:.0f} | {r / t:.2f} | "
+            f"{r / h:.2f} | {g / r:.2f} | {p50} |"
         )
     lines += [
         "",
@@ -221,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--warmup-s", type=float, default=3.0)
-    parser.add_argument("--systems", default="rayton,triton,handwritten")
+    parser.add_argument("--systems", default="rayton,rayton-grpc,triton,handwritten")
     parser.add_argument("--output", default="BENCHMARKS.md")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:])
