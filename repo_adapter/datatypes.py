@@ -144,3 +144,25 @@ def tensor_from_bytes(
             f"unexpected total byte size {len(buffer)} for input, expecting {expected}"
         )
     return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def input_from_bytes(
+    buffer: bytes | memoryview, datatype: str, shape: tuple[int, ...], name: str, model: str
+) -> np.ndarray:
+    """An input tensor from its raw wire bytes, with Triton's size error naming input and model.
+
+    Fixed-size types come back as a read-only view over ``buffer`` (no copy).
+    """
+    if datatype != "BYTES":
+        expected = int(np.prod(shape, dtype=np.int64)) * protocol_to_numpy(datatype).itemsize
+        if len(buffer) != expected:
+            raise InferenceServerError(
+                f"input byte size mismatch for input '{name}' for model '{model}'. "
+                f"Expected {expected}, got {len(buffer)}"
+            )
+    try:
+        return tensor_from_bytes(buffer, datatype, shape)
+    except InferenceServerError as err:
+        raise InferenceServerError(
+            f"{err.message} for input '{name}' for model '{model}'", err.code
+        ) from None

@@ -32,7 +32,12 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
-from repo_adapter.datatypes import protocol_to_numpy, tensor_from_bytes, tensor_to_bytes
+from repo_adapter.datatypes import (
+    input_from_bytes,
+    protocol_to_numpy,
+    tensor_from_bytes,
+    tensor_to_bytes,
+)
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
 from repo_adapter.request_validation import log_request
@@ -259,9 +264,7 @@ def _decode_inputs(request: pb.ModelInferRequest) -> list[InferTensor]:
                 )
             data = _array_from_contents(tensor.contents, datatype, dtype, shape, name, model_name)
         elif raw_index < raw_count:
-            data = _array_from_raw(
-                raw_contents[raw_index], datatype, dtype, shape, name, model_name
-            )
+            data = input_from_bytes(raw_contents[raw_index], datatype, shape, name, model_name)
             raw_index += 1
         else:
             raise InferenceServerError(
@@ -294,30 +297,6 @@ def _input_shape(dims: Any, name: str, model_name: str) -> tuple[int, ...]:
             f"[{','.join(map(str, shape))}] has a negative dimension"
         )
     return shape
-
-
-def _array_from_raw(
-    buffer: bytes,
-    datatype: str,
-    dtype: np.dtype,
-    shape: tuple[int, ...],
-    name: str,
-    model_name: str,
-) -> np.ndarray:
-    """Raw wire bytes -> array; a read-only view over ``buffer`` for fixed-size types."""
-    if datatype != "BYTES":
-        expected = math.prod(shape) * dtype.itemsize
-        if len(buffer) != expected:
-            raise InferenceServerError(
-                f"input byte size mismatch for input '{name}' for model '{model_name}'. "
-                f"Expected {expected}, got {len(buffer)}"
-            )
-    try:
-        return tensor_from_bytes(buffer, datatype, shape)
-    except InferenceServerError as err:
-        raise InferenceServerError(
-            f"{err.message} for input '{name}' for model '{model_name}'", err.code
-        ) from None
 
 
 def _array_from_contents(

@@ -37,8 +37,8 @@ from deployments.http.wire import (
 )
 from repo_adapter.datatypes import (
     element_size,
+    input_from_bytes,
     protocol_to_numpy,
-    tensor_from_bytes,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference import InferRequest, InferTensor, RequestedOutput
@@ -272,11 +272,11 @@ def _decode_input(
                 f"unexpected size for input '{name}', expecting {end - len(payload)} "
                 f"additional bytes for model '{model_name}'"
             )
-        data = _array_from_buffer(payload[offset:end], datatype, dtype, shape, name, model_name)
+        data = input_from_bytes(payload[offset:end], datatype, shape, name, model_name)
         offset = end
     elif "shared_memory_region" in parameters:
         buffer = _read_shared_memory(parameters, shared_memory)
-        data = _array_from_buffer(buffer, datatype, dtype, shape, name, model_name)
+        data = input_from_bytes(buffer, datatype, shape, name, model_name)
     else:
         data = _array_from_json(entry["data"], datatype, dtype, shape, count, name)
 
@@ -326,30 +326,6 @@ def _input_dtype(datatype: str, name: str) -> np.dtype:
         return protocol_to_numpy(datatype)
     except InferenceServerError:
         raise InferenceServerError(f"invalid datatype '{datatype}' for input '{name}'") from None
-
-
-def _array_from_buffer(
-    buffer: bytes | memoryview,
-    datatype: str,
-    dtype: np.dtype,
-    shape: tuple[int, ...],
-    name: str,
-    model_name: str,
-) -> np.ndarray:
-    """Wire bytes -> array; a view over ``buffer`` for fixed-size types."""
-    if datatype != "BYTES":
-        expected = math.prod(shape) * dtype.itemsize
-        if len(buffer) != expected:
-            raise InferenceServerError(
-                f"input byte size mismatch for input '{name}' for model '{model_name}'. "
-                f"Expected {expected}, got {len(buffer)}"
-            )
-    try:
-        return tensor_from_bytes(buffer, datatype, shape)
-    except InferenceServerError as err:
-        raise InferenceServerError(
-            f"{err.message} for input '{name}' for model '{model_name}'", err.code
-        ) from None
 
 
 def _read_shared_memory(
@@ -546,10 +522,8 @@ def _decode_raw_request(
         data[0] = bytes(body)
         data = data.reshape(shape)
     else:
-        dtype = _input_dtype(spec.datatype, spec.name)
-        data = _array_from_buffer(
-            memoryview(body), spec.datatype, dtype, shape, spec.name, model_name
-        )
+        _input_dtype(spec.datatype, spec.name)  # an unknown datatype is a 400 here
+        data = input_from_bytes(memoryview(body), spec.datatype, shape, spec.name, model_name)
     return InferRequest(
         model_name=model_name,
         model_version=model_version,
