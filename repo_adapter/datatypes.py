@@ -166,3 +166,19 @@ def input_from_bytes(
         raise InferenceServerError(
             f"{err.message} for input '{name}' for model '{model}'", err.code
         ) from None
+
+
+def flatten_nested(nested: list) -> list:
+    """Leaves of JSON tensor data (nested lists) in row-major order; iterative, so deep nesting
+    cannot hit the recursion limit."""
+    flat: list = []
+    stack = [iter(nested)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat

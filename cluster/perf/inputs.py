@@ -30,6 +30,7 @@ import numpy as np
 
 from cluster.perf.config import PerfError
 from cluster.perf.server_stats import ModelInfo, TensorMeta
+from repo_adapter.datatypes import flatten_nested
 
 # numpy dtypes for Triton datatypes; BF16 travels as FP32 arrays (tritonclient truncates).
 _NUMPY_DTYPES = {
@@ -273,22 +274,8 @@ def _read_tensor(value: Any, tensor: TensorMeta, step: int) -> tuple[np.ndarray,
     return _from_list(content, tensor, where), shape
 
 
-def _flatten(values: list) -> list:
-    flat: list = []
-    stack = [iter(values)]
-    while stack:
-        for item in stack[-1]:
-            if isinstance(item, list):
-                stack.append(iter(item))
-                break
-            flat.append(item)
-        else:
-            stack.pop()
-    return flat
-
-
 def _from_list(values: list, tensor: TensorMeta, where: str) -> np.ndarray:
-    flat = _flatten(values)
+    flat = flatten_nested(values)
     if tensor.datatype == "BYTES":
         if not all(isinstance(v, str) for v in flat):
             raise PerfError(f"BYTES values must be strings {where}")

@@ -37,6 +37,7 @@ from deployments.http.wire import (
 )
 from repo_adapter.datatypes import (
     element_size,
+    flatten_nested,
     input_from_bytes,
     protocol_to_numpy,
 )
@@ -373,11 +374,11 @@ def _numbers_from_json(data: list, datatype: str, dtype: np.dtype, name: str) ->
     try:
         values = np.asarray(data)
     except ValueError:  # ragged nesting: Triton only counts the leaves
-        values = np.asarray(_flatten(data))
+        values = np.asarray(flatten_nested(data))
     # Object: ragged on older numpy, or nulls. Float for an integer type: real floats, or
     # integers spanning the int64 and uint64 ranges, which numpy turns into lossy float64.
     if values.dtype.kind == "O" or (values.dtype.kind == "f" and datatype in _INTEGER_TYPES):
-        values = _leaves_array(_flatten(data))
+        values = _leaves_array(flatten_nested(data))
     if values.size:
         complaint = _json_number_complaint(values, datatype)
         if complaint:
@@ -409,7 +410,7 @@ def _json_number_complaint(values: np.ndarray, datatype: str) -> str | None:
 
 
 def _bytes_from_json(data: list, name: str) -> np.ndarray:
-    flat = _flatten(data)
+    flat = flatten_nested(data)
     try:
         encoded = [item.encode("utf-8") for item in flat]
     except AttributeError:
@@ -423,21 +424,6 @@ def _bytes_from_json(data: list, name: str) -> np.ndarray:
     array = np.empty(len(encoded), dtype=np.object_)
     array[:] = encoded
     return array
-
-
-def _flatten(nested: list) -> list:
-    """Leaves of nested lists in row-major order (iterative: no recursion limit)."""
-    flat: list = []
-    stack = [iter(nested)]
-    while stack:
-        for item in stack[-1]:
-            if isinstance(item, list):
-                stack.append(iter(item))
-                break
-            flat.append(item)
-        else:
-            stack.pop()
-    return flat
 
 
 def _requested_outputs(
