@@ -8,6 +8,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 
+from deployments.grpc.model_infer import infer_serialized
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.statistics import merge_entries
 from repo_adapter.inference import InferRequest, InferResponse
@@ -32,6 +33,10 @@ class ServedModel:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         return await self.service.infer(request)
+
+    async def infer_grpc(self, message: bytes, stream: bool = False) -> bytes:
+        """A serialized ``ModelInferRequest`` -> its serialized response (gRPC frontend)."""
+        return await infer_serialized(self.service.infer, message, stream)
 
     def metadata(self, version: str = "") -> dict[str, Any]:
         return self.service.metadata(version)

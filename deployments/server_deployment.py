@@ -69,6 +69,7 @@ class ServerCore:
     def __init__(self, spec: ServerSpec) -> None:
         self.spec = spec
         self._handles: dict[str, Any] = {}
+        self._methods: dict[tuple[str, str], Any] = {}
 
     def handle(self, model: str):
         """The deployment handle of a deployed model (cached)."""
@@ -76,10 +77,16 @@ class ServerCore:
             self._handles[model] = serve.get_deployment_handle(model, app_name=model)
         return self._handles[model]
 
+    def method(self, model: str, method: str):
+        """A handle to one method of a deployed model's deployment (cached: hot path)."""
+        key = (model, method)
+        if key not in self._methods:
+            self._methods[key] = getattr(self.handle(model), method)
+        return self._methods[key]
+
     async def call(self, model: str, method: str, *args):
         """``method`` of a deployed model's deployment (metadata, state, ...), with a timeout."""
-        handle = getattr(self.handle(model), method)
-        return await asyncio.wait_for(handle.remote(*args), _HANDLE_TIMEOUT_S)
+        return await asyncio.wait_for(self.method(model, method).remote(*args), _HANDLE_TIMEOUT_S)
 
     def is_deployed(self, model: str) -> bool:
         return model in self.spec.deployed

@@ -4,7 +4,8 @@ Serve's own gRPC proxy routes by an ``application`` metadata key that ``tritoncl
 sends, and pickles every message on the way, so it is not used. Instead the replica of this
 deployment runs a standalone ``grpc.aio`` server on ``grpc_host:grpc_port`` (started in its
 ``async def __init__``, on the replica's event loop) and forwards each RPC through deployment
-handles: ``ModelInfer`` goes straight to the model's replicas, like an HTTP request does through
+handles: ``ModelInfer`` goes straight to the model's replicas as the request's wire bytes
+(they decode it and answer with the response's bytes), like an HTTP request does through
 Serve's proxy. The application has no HTTP route (``route_prefix: null``).
 
 Deployment: ``num_replicas: 1``, ``num_cpus: 0``. The port is bound without ``SO_REUSEPORT``,
@@ -24,10 +25,9 @@ from dataclasses import dataclass
 import grpc
 from ray import serve
 from ray.serve import Application
-from tritonclient.grpc import service_pb2_grpc
 
 from deployments.applications import GrpcAppArgs, server_spec
-from deployments.grpc.servicer import TritonGrpcServicer, health_handler
+from deployments.grpc.servicer import TritonGrpcServicer, add_servicer_to_server, health_handler
 from deployments.server_deployment import ServerCore, ServerSpec
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ async def start_grpc_server(
     deadline = loop.time() + bind_wait_s
     while True:
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+        add_servicer_to_server(servicer, server)
         server.add_generic_rpc_handlers((health_handler(servicer.core),))
         try:
             server.add_insecure_port(spec.address)

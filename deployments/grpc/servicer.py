@@ -1,6 +1,6 @@
 """``inference.GRPCInferenceService``: Triton's gRPC API answered from rayton's deployments.
 
-Model RPCs go to each model's deployment through its handle (``infer``, ``metadata``,
+Model RPCs go to each model's deployment through its handle (``infer_grpc``, ``metadata``,
 ``model_config``, ``is_ready``, ``statistics``); server-wide RPCs (health, metadata, repository
 index, load/unload, statistics of all models) share :class:`~deployments.server_deployment.
 ServerCore` with the HTTP server application, so both protocols answer alike. Errors are
@@ -23,9 +23,9 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from deployments.grpc import codec
+from deployments.grpc.model_infer import parse_infer_request
 from deployments.server_deployment import ServerCore
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse
 
 logger = logging.getLogger(__name__)
 
@@ -82,17 +82,15 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if not self.core.is_deployed(model):
             raise self.core.undeployed_model_error(model, version, action)
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """One inference on the model's deployment (its replicas and dynamic batcher)."""
-        self._require_deployed(request.model_name, request.model_version, "infer")
-        return await self.core.handle(request.model_name).infer.remote(request)
-
-    async def _decode_and_infer(self, message: pb.ModelInferRequest) -> tuple[InferResponse, bool]:
-        # Triton's order: version string, then the model, then the request's contents.
-        version = codec.parse_model_version(message.model_version)
-        self._require_deployed(message.model_name, version, "infer")
-        request, empty_final = codec.decode_infer_request(message)
-        return await self.infer(request), empty_final
+    async def _forward_infer(
+        self, request: pb.ModelInferRequest, message: bytes, stream: bool = False
+    ) -> bytes:
+        """Send a parsed request's wire bytes to its model's replicas; returns theirs."""
+        # Triton's order: version string, then the model; the replica checks the contents.
+        version = codec.parse_model_version(request.model_version)
+        self._require_deployed(request.model_name, version, "infer")
+        infer = self.core.method(request.model_name, "infer_grpc")
+        return await infer.remote(message, stream)
 
     async def _model_call(self, model: str, version: str, method: str, action: str) -> Any:
         version = codec.parse_model_version(version)
@@ -150,13 +148,12 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ------------------------------------------------------------------ inference
 
     @_rpc
-    async def ModelInfer(self, request: pb.ModelInferRequest, context) -> pb.ModelInferResponse:
-        response, _ = await self._decode_and_infer(request)
-        return codec.encode_infer_response(response, request.id)
+    async def ModelInfer(self, message: bytes, context) -> bytes:
+        return await self._forward_infer(parse_infer_request(message), message)
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        self, request_iterator: AsyncIterator[bytes], context
+    ) -> AsyncIterator[bytes]:
         """One response message per request, in request order; errors don't end the stream.
 
         Requests of a stream run concurrently (up to :data:`STREAM_WINDOW` in flight), so a
@@ -183,14 +180,16 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if task is not None:
                     task.cancel()
 
-    async def _stream_one(self, message: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    async def _stream_one(self, message: bytes) -> bytes:
+        request_id = ""
         try:
-            response, empty_final = await self._decode_and_infer(message)
+            request = parse_infer_request(message)
+            request_id = request.id
+            return await self._forward_infer(request, message, stream=True)
         except Exception as err:
             if not isinstance(err, InferenceServerError):
                 logger.exception("gRPC ModelStreamInfer request failed")
-            return codec.stream_response(error=err, request_id=message.id)
-        return codec.stream_response(response, request_id=message.id, final_flag=empty_final)
+            return codec.stream_response(error=err, request_id=request_id).SerializeToString()
 
     # ------------------------------------------------------------------ model repository
 
@@ -246,6 +245,36 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     CudaSharedMemoryUnregister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
     TraceSetting = _unsupported(_TRACE, StatusCode.UNAVAILABLE)
     LogSettings = _unsupported(_LOGGING, StatusCode.UNAVAILABLE)
+
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+# Inference RPCs stay wire bytes in the frontend: it reads the model name to route them and
+# the model's replica decodes them (deployments.grpc.model_infer).
+_WIRE_BYTES_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
+
+
+def add_servicer_to_server(servicer: TritonGrpcServicer, server: grpc.aio.Server) -> None:
+    """Register every RPC of the service, as the generated ``add_..._to_server`` does, except
+    that the inference RPCs receive and return serialized messages."""
+    handlers = {}
+    for method in _SERVICE.methods:
+        wire_bytes = method.name in _WIRE_BYTES_METHODS
+        request_type = getattr(pb, method.input_type.name)
+        response_type = getattr(pb, method.output_type.name)
+        if method.client_streaming and method.server_streaming:
+            make_handler = grpc.stream_stream_rpc_method_handler
+        elif not (method.client_streaming or method.server_streaming):
+            make_handler = grpc.unary_unary_rpc_method_handler
+        else:  # the service has none; fail loudly should a newer schema add one
+            raise NotImplementedError(f"half-streaming RPC {method.full_name}")
+        handlers[method.name] = make_handler(
+            getattr(servicer, method.name),
+            request_deserializer=None if wire_bytes else request_type.FromString,
+            response_serializer=None if wire_bytes else response_type.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),)
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""The model replica's side of gRPC inference: request bytes in, response bytes out (no Ray)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+
+from deployments.grpc import codec
+from deployments.grpc.model_infer import infer_serialized, parse_infer_request
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference import InferRequest, InferResponse, InferTensor
+from tests.deployments.grpc.test_grpc_codec import client_request, infer_input
+
+
+async def doubling_model(request: InferRequest) -> InferResponse:
+    data = request.input("IN").data
+    return InferResponse(
+        model_name=request.model_name,
+        model_version="3",
+        outputs=[InferTensor("OUT", "FP32", data * 2)],
+    )
+
+
+def request_bytes(empty_final: bool = False, **kwargs) -> bytes:
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    message = client_request([infer_input("IN", array, "FP32")], model="double", **kwargs)
+    if empty_final:  # what async_stream_infer(enable_empty_final_response=True) adds
+        message.parameters["triton_enable_empty_final_response"].bool_param = True
+    return message.SerializeToString()
+
+
+async def test_unary_reply_is_the_encoded_response():
+    reply = await infer_serialized(doubling_model, request_bytes(request_id="r1"))
+    response = codec.decode_infer_response(pb.ModelInferResponse.FromString(reply))
+    assert (response.model_name, response.model_version, response.id) == ("double", "3", "r1")
+    np.testing.assert_array_equal(
+        response.output("OUT").data, np.arange(6, dtype=np.float32).reshape(2, 3) * 2
+    )
+
+
+async def test_stream_reply_wraps_the_response_and_marks_it_final_when_asked():
+    asked = request_bytes(empty_final=True, request_id="s1")
+    reply = pb.ModelStreamInferResponse.FromString(
+        await infer_serialized(doubling_model, asked, stream=True)
+    )
+    assert reply.error_message == "" and reply.infer_response.id == "s1"
+    assert reply.infer_response.parameters[codec.FINAL_RESPONSE].bool_param is True
+    plain = pb.ModelStreamInferResponse.FromString(
+        await infer_serialized(doubling_model, request_bytes(), stream=True)
+    )
+    assert codec.FINAL_RESPONSE not in plain.infer_response.parameters
+
+
+async def test_model_errors_propagate_with_their_code():
+    async def failing(request: InferRequest) -> InferResponse:
+        raise InferenceServerError("no capacity", StatusCode.UNAVAILABLE)
+
+    with pytest.raises(InferenceServerError) as info:
+        await infer_serialized(failing, request_bytes())
+    assert info.value.code is StatusCode.UNAVAILABLE
+
+
+def test_bytes_that_are_not_a_request_are_invalid_argument():
+    with pytest.raises(InferenceServerError) as info:
+        parse_infer_request(b"\xff\xff\xff")
+    assert info.value.code is StatusCode.INVALID_ARG
+    assert "ModelInferRequest" in info.value.message
