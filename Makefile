@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXAMPLES := examples/model_repository
 
-.PHONY: setup examples serve test test-unit lint bench clean
+.PHONY: setup examples serve test test-unit lint bench bench-cpu clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ lint: setup
 
 bench: examples
 	$(BIN)/python -m benchmarks.run
+
+# CPU per request of each process, per system (see BENCHMARKS.md).
+bench-cpu: examples
+	$(BIN)/python -m benchmarks.cpu_per_request
 
 clean:
 	rm -rf $(VENV) .venv-reference $(EXAMPLES) examples/images

@@ -17,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,8 +64,17 @@ class SystemResults:
         return statistics.median(r.latencies.p50_us for r in self.levels[level])
 
 
-def start_system(name: str, repos: dict[str, Path], logs: Path):
-    """Start one system; returns (url, stop callable)."""
+@dataclass(frozen=True)
+class RunningSystem:
+    """A started system: where to send requests, how to stop it, its process session."""
+
+    url: str
+    stop: Callable[[], None]
+    session_id: int  # every server process runs in this session
+
+
+def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem:
+    """Start one system and wait until it serves."""
     port = free_port()
     python = sys.executable
     if name in ("rayton", "rayton-grpc"):
@@ -85,7 +95,7 @@ def start_system(name: str, repos: dict[str, Path], logs: Path):
             logs / f"{name}.log",
         )
         server.wait_http(f"http://127.0.0.1:{port}/v2/health/ready")
-        return f"127.0.0.1:{grpc_port or port}", server.stop
+        return RunningSystem(f"127.0.0.1:{grpc_port or port}", server.stop, server.process.pid)
     if name == "handwritten":
         server = ServerProcess(
             [
@@ -102,26 +112,27 @@ def start_system(name: str, repos: dict[str, Path], logs: Path):
             logs / "handwritten.log",
         )
         server.wait_http(f"http://127.0.0.1:{port}/v2/models/mlp/config")
-        return f"127.0.0.1:{port}", server.stop
+        return RunningSystem(f"127.0.0.1:{port}", server.stop, server.process.pid)
     if name == "triton":
         from tests.reference_triton import ReferenceTriton
 
         triton = ReferenceTriton(repos["reference"])
         triton.start()
-        return triton.http_url.removeprefix("http://"), triton.stop
+        url = triton.http_url.removeprefix("http://")
+        return RunningSystem(url, triton.stop, triton.session_id)
     raise ValueError(name)
 
 
 def measure_system(
     name: str, repos: dict[str, Path], logs: Path, window_ms: int, warmup_s: float
 ) -> dict[Level, LevelResult]:
-    url, stop = start_system(name, repos, logs)
+    system = start_system(name, repos, logs)
     results = {}
     try:
         for level in LEVELS:
             config = PerfConfig(
                 model_name=level.model,
-                url=url,
+                url=system.url,
                 protocol="grpc" if name.endswith("grpc") else "http",
                 batch_size=level.batch,
                 measurement_interval_ms=window_ms,
@@ -136,7 +147,7 @@ def measure_system(
                 flush=True,
             )
     finally:
-        stop()
+        system.stop()
     return results
 
 

@@ -267,6 +267,13 @@ class ReferenceTriton:
                     raise
         raise AssertionError("unreachable")
 
+    @property
+    def session_id(self) -> int:
+        """The process session of the running server (its stub processes share it)."""
+        if self._process is None:
+            raise ReferenceTritonError("the reference Triton is not running")
+        return self._process.pid  # started with start_new_session=True: it leads its session
+
     def stop(self) -> None:
         """Stop the server and every process of its group; never leaves orphans behind."""
         process, self._process = self._process, None

@@ -1,0 +1,156 @@
+"""CPU time per request of each process of a serving system, by role.
+
+``python -m benchmarks.cpu_per_request [--systems rayton,rayton-grpc,triton]
+[--levels mlp:16,mlp:32,cnn:32,mlp:16:8]``
+
+Throughput alone hides where a request's cost goes when the load generator shares the
+machine's cores with the server. This starts each system as :mod:`benchmarks.run` does, warms
+each level up, then drives it for three measurement windows while reading the CPU time (user +
+system, from ``/proc``) of every process in the server's process session and of the load
+generator (this process). Prints milliseconds of CPU per request for each role, as a Markdown
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from benchmarks.models import write_repositories
+from benchmarks.run import start_system
+from cluster.perf.config import PerfConfig
+from cluster.perf.runner import run_level
+from cluster.processes import session_pids
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+# (substring of the command line, role), first match wins.
+_ROLES = (
+    ("ServeReplica:rayton-grpc", "rayton gRPC frontend replica"),
+    ("ServeReplica:rayton-server", "rayton server application replica"),
+    ("ServeReplica:", "model replica"),
+    ("haproxy", "HAProxy (Serve ingress)"),
+    ("triton_python_backend_stub", "Triton python backend stub"),
+    ("tritonserver", "tritonserver"),
+)
+_OTHER = "Ray / Serve control plane and the rest"
+CLIENT = "load generator (tritonclient aio)"
+
+
+def role_of(command_line: str) -> str:
+    return next((role for key, role in _ROLES if key in command_line), _OTHER)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S  # utime + stime
+
+
+def session_cpu_by_role(session_id: int) -> dict[str, float]:
+    """CPU seconds used so far by the live processes of a session, summed per role."""
+    totals: dict[str, float] = defaultdict(float)
+    for pid in session_pids(session_id):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            totals[role_of(command)] += _cpu_seconds(pid)
+        except (OSError, ValueError):
+            continue  # exited meanwhile
+    return totals
+
+
+@dataclasses.dataclass
+class CpuShare:
+    """CPU per request of one system at one level."""
+
+    throughput: float
+    ms_per_request: dict[str, float]
+
+
+async def measure_level(config: PerfConfig, concurrency: int, session_id: int) -> CpuShare:
+    await run_level(config, concurrency=concurrency)  # warm-up level, not counted
+    measured = dataclasses.replace(config, warmup_s=0.0, max_trials=3)
+    server_before = session_cpu_by_role(session_id)
+    client_before = time.process_time()
+    result = await run_level(measured, concurrency=concurrency)
+    client_used = time.process_time() - client_before
+    server_after = session_cpu_by_role(session_id)
+    requests = result.request_count  # three windows, all of them reported
+    shares = {
+        role: (server_after[role] - server_before.get(role, 0.0)) * 1000 / requests
+        for role in server_after
+    }
+    shares[CLIENT] = client_used * 1000 / requests
+    return CpuShare(result.throughput, shares)
+
+
+def parse_level(text: str) -> tuple[str, int, int]:
+    """``model:concurrency[:rows]`` -> (model, concurrency, rows per request)."""
+    model, concurrency, *rows = text.split(":")
+    return model, int(concurrency), int(rows[0]) if rows else 1
+
+
+def render(results: dict[tuple[str, str], CpuShare]) -> str:
+    columns = list(results)
+    roles = sorted({role for share in results.values() for role in share.ms_per_request})
+    header = " | ".join(f"{system} {level}" for system, level in columns)
+    lines = [f"| ms CPU per request | {header} |", "|---" * (len(columns) + 1) + "|"]
+    lines.append(
+        "| throughput (infer/s) | "
+        + " | ".join(f"{results[c].throughput:.0f}" for c in columns)
+        + " |"
+    )
+    for role in roles:
+        cells = []
+        for column in columns:
+            value = results[column].ms_per_request.get(role)
+            cells.append("" if value is None or value < 0.0005 else f"{value:.3f}")
+        lines.append(f"| {role} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--systems", default="rayton,rayton-grpc,triton")
+    parser.add_argument(
+        "--levels",
+        default="mlp:16,mlp:32,cnn:32,mlp:16:8",
+        help="model:concurrency[:rows per request], comma-separated",
+    )
+    parser.add_argument("--window-ms", type=int, default=3000)
+    parser.add_argument("--warmup-s", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    levels = [parse_level(item) for item in args.levels.split(",")]
+    results: dict[tuple[str, str], CpuShare] = {}
+    with tempfile.TemporaryDirectory(prefix="rayton-cpu-") as tmp:
+        root = Path(tmp)
+        rayton_repo, reference_repo = write_repositories(root)
+        repos = {"rayton": rayton_repo, "reference": reference_repo}
+        for name in args.systems.split(","):
+            system = start_system(name, repos, root)
+            try:
+                for model, concurrency, batch in levels:
+                    config = PerfConfig(
+                        model_name=model,
+                        url=system.url,
+                        protocol="grpc" if name.endswith("grpc") else "http",
+                        batch_size=batch,
+                        measurement_interval_ms=args.window_ms,
+                        warmup_s=args.warmup_s,
+                    )
+                    share = asyncio.run(measure_level(config, concurrency, system.session_id))
+                    label = f"{model} b={batch} c={concurrency}"
+                    results[(name, label)] = share
+                    print(f"  {name} {label}: {share.throughput:.0f} infer/s", flush=True)
+            finally:
+                system.stop()
+    print(render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

