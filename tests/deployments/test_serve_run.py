@@ -15,6 +15,7 @@ import pytest
 import tritonclient.http as httpclient
 import yaml
 
+from cluster.local import FAST_INGRESS_ENV
 from cluster.processes import session_pids
 from tests.conftest import free_port
 
@@ -40,7 +41,11 @@ def ready(url: str) -> bool:
         return False
 
 
-def test_serve_run_committed_config(tmp_path, example_repository):
+@pytest.mark.parametrize(
+    "ingress_env", [{}, FAST_INGRESS_ENV], ids=["default-ingress", "fast-ingress"]
+)
+def test_serve_run_committed_config(tmp_path, example_repository, ingress_env):
+    """Both ways the README runs it: plain, and with Serve's fast ingress exported first."""
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     port = free_port()
     config["http_options"]["port"] = port
@@ -50,7 +55,7 @@ def test_serve_run_committed_config(tmp_path, example_repository):
     (tmp_path / "serve_config.yaml").write_text(yaml.safe_dump(config))
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "model_repository").symlink_to(example_repository)
-    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", **ingress_env)
     env.pop("RAY_ADDRESS", None)
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "serve"), "run", "serve_config.yaml"],
