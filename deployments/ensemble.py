@@ -19,11 +19,17 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.protocol import model_metadata, select_outputs
 from deployments.served_model import ServedModel
-from deployments.statistics import ExecutionTiming, RequestOutcome, VersionStatistics
+from deployments.statistics import RequestOutcome, VersionStatistics
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.ensemble import EnsembleStep, ensemble_steps
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.inference import (
+    ComputeTimes,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    RequestedOutput,
+)
 from repo_adapter.request_validation import RequestValidator, model_not_found
 
 MemberCall = Callable[[InferRequest], Awaitable[InferResponse]]
@@ -83,26 +89,35 @@ class EnsembleService:
         return [self._statistics[v].to_json() for v in self.versions]
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        arrival_ns = time.monotonic_ns()
         version = self._version(request.model_version)
         rows = self._validator.validate(request)
         statistics = self._statistics[version]
         start_ns = time.monotonic_ns()
         try:
-            tensors = await self._run_steps(request)
+            tensors, compute = await self._run_steps(request)
         except BaseException:
-            statistics.record_failure(start_ns)  # Triton counts no execution for it
+            statistics.record_failure(arrival_ns)  # Triton counts no execution for it
             raise
-        end_ns = time.monotonic_ns()
-        statistics.record_execution(
-            ExecutionTiming(start_ns, start_ns, end_ns, end_ns),
-            [RequestOutcome(start_ns, rows, failed=False)],
+        # Triton's ensemble statistics: its own queue time, its members' compute time sums.
+        statistics.record_composed(
+            start_ns, time.monotonic_ns(), compute, [RequestOutcome(arrival_ns, rows, False)]
         )
-        return self._response(request, version, tensors)
+        response = self._response(request, version, tensors)
+        response.compute = compute  # an ensemble over this one sums these too
+        return response
 
     # ------------------------------------------------------------------ dataflow
 
-    async def _run_steps(self, request: InferRequest) -> dict[str, InferTensor]:
+    async def _run_steps(
+        self, request: InferRequest
+    ) -> tuple[dict[str, InferTensor], ComputeTimes]:
+        """Run the steps as their inputs become ready.
+
+        Returns the ensemble's tensors and the sum of its members' compute times.
+        """
         tensors = {t.name: t for t in request.inputs}
+        compute = ComputeTimes()
         remaining = list(self._steps)
         running: dict[asyncio.Task, EnsembleStep] = {}
         try:
@@ -123,6 +138,8 @@ class EnsembleService:
                 for task in done:
                     step = running.pop(task)
                     response = self._step_result(task)
+                    if response.compute is not None:
+                        compute += response.compute
                     for member_output, ensemble_name in step.output_map.items():
                         tensor = response.output(member_output)
                         if tensor is not None:
@@ -132,7 +149,7 @@ class EnsembleService:
         finally:
             for task in running:
                 task.cancel()
-        return tensors
+        return tensors, compute
 
     def _step_result(self, task: asyncio.Task) -> InferResponse:
         try:

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from repo_adapter.inference import ComputeTimes
+
 _INFERENCE_STAT_KEYS = (
     "success",
     "fail",
@@ -63,6 +65,14 @@ class ExecutionTiming:
     infer_end_ns: int
     end_ns: int
 
+    @property
+    def compute(self) -> ComputeTimes:
+        return ComputeTimes(
+            self.infer_start_ns - self.start_ns,
+            self.infer_end_ns - self.infer_start_ns,
+            self.end_ns - self.infer_end_ns,
+        )
+
 
 class VersionStatistics:
     """Statistics of one model version in one replica."""
@@ -78,26 +88,30 @@ class VersionStatistics:
 
     def record_execution(self, timing: ExecutionTiming, requests: list[RequestOutcome]) -> None:
         """Record one batch execution of ``requests``."""
+        self.record_composed(timing.start_ns, timing.end_ns, timing.compute, requests)
+
+    def record_composed(
+        self, start_ns: int, end_ns: int, compute: ComputeTimes, requests: list[RequestOutcome]
+    ) -> None:
+        """Record one execution from ``start_ns`` to ``end_ns`` whose compute phases took
+        ``compute``: a batch's own timestamps, or an ensemble's sums over its members."""
         self.execution_count += 1
         self.last_inference_ms = int(time.time() * 1000)
-        input_ns = timing.infer_start_ns - timing.start_ns
-        infer_ns = timing.infer_end_ns - timing.infer_start_ns
-        output_ns = timing.end_ns - timing.infer_end_ns
         batch = self.batch_stats.setdefault(sum(r.rows for r in requests), BatchStats())
-        batch.compute_input.add(input_ns)
-        batch.compute_infer.add(infer_ns)
-        batch.compute_output.add(output_ns)
+        batch.compute_input.add(compute.input_ns)
+        batch.compute_infer.add(compute.infer_ns)
+        batch.compute_output.add(compute.output_ns)
         for outcome in requests:
-            total_ns = timing.end_ns - outcome.arrival_ns
+            total_ns = end_ns - outcome.arrival_ns
             if outcome.failed:
                 self.durations["fail"].add(total_ns)
                 continue
             self.inference_count += outcome.rows
             self.durations["success"].add(total_ns)
-            self.durations["queue"].add(timing.start_ns - outcome.arrival_ns)
-            self.durations["compute_input"].add(input_ns)
-            self.durations["compute_infer"].add(infer_ns)
-            self.durations["compute_output"].add(output_ns)
+            self.durations["queue"].add(start_ns - outcome.arrival_ns)
+            self.durations["compute_input"].add(compute.input_ns)
+            self.durations["compute_infer"].add(compute.infer_ns)
+            self.durations["compute_output"].add(compute.output_ns)
 
     def record_failure(self, arrival_ns: int) -> None:
         """A request that failed before execution (queue full, timeout, invalid)."""

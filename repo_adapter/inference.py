@@ -67,15 +67,40 @@ class InferRequest:
         return int(self.parameters.get("timeout", 0) or 0)
 
 
+@dataclass(frozen=True)
+class ComputeTimes:
+    """Nanoseconds one response spent in its model's compute phases (Triton's statistics).
+
+    The serving side attaches them to each response so that an ensemble can report the sums
+    of its members' compute times, as Triton's ensemble scheduler does.
+    """
+
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+    def __add__(self, other: ComputeTimes) -> ComputeTimes:
+        return ComputeTimes(
+            self.input_ns + other.input_ns,
+            self.infer_ns + other.infer_ns,
+            self.output_ns + other.output_ns,
+        )
+
+
 @dataclass
 class InferResponse:
-    """The result of one request: outputs in the order they should be returned."""
+    """The result of one request: outputs in the order they should be returned.
+
+    ``compute`` is server-side bookkeeping (never sent to clients): the compute times of the
+    execution that produced the response, when it came through a model's batcher.
+    """
 
     model_name: str
     model_version: str
     outputs: list[InferTensor]
     id: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+    compute: ComputeTimes | None = None
 
     def output(self, name: str) -> InferTensor | None:
         for tensor in self.outputs:

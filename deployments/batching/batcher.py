@@ -181,6 +181,11 @@ class DynamicBatcher:
         for item, result in zip(batch, results, strict=True):
             _resolve(item, result)
         timing = ExecutionTiming(start_ns, infer_start_ns, infer_end_ns, time.monotonic_ns())
+        # What an ensemble over this model sums; set before any waiter resumes (no await since
+        # the futures were resolved), so every caller sees it.
+        for result in results:
+            if isinstance(result, InferResponse):
+                result.compute = timing.compute
         self._statistics.record_execution(
             timing,
             [

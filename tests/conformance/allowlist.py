@@ -178,22 +178,4 @@ ALLOWED: tuple[Difference, ...] = (
     ),
 )
 
-_ENSEMBLE = "deployments/ensemble.py"
-_ENSEMBLE_STATS = (
-    "The ensemble's compute_input/compute_output/queue times are the sums of its members' "
-    "(core EnsembleContext); rayton times each ensemble request as one compute_infer."
-)
-
-KNOWN_GAPS: tuple[Difference, ...] = (
-    *_entries(
-        "stats*",
-        (
-            "/model_stats/pipeline:1/batch_stats/*",
-            "/model_stats/pipeline:1/inference_stats/compute_input/ns",
-            "/model_stats/pipeline:1/inference_stats/compute_output/ns",
-            "/model_stats/pipeline:1/inference_stats/queue/ns",
-        ),
-        _ENSEMBLE_STATS,
-        fix_in=_ENSEMBLE,
-    ),
-)
+KNOWN_GAPS: tuple[Difference, ...] = ()
