@@ -26,7 +26,7 @@ from benchmarks.models import write_repositories
 from benchmarks.run import start_system
 from cluster.perf.config import PerfConfig
 from cluster.perf.runner import run_level
-from cluster.processes import session_pids
+from cluster.processes import session_pids, stat_fields
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 # (substring of the command line, role), first match wins.
@@ -47,7 +47,7 @@ def role_of(command_line: str) -> str:
 
 
 def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S  # utime + stime
 
 

@@ -15,6 +15,15 @@ import urllib.request
 from pathlib import Path
 
 
+def stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` from the state on (field 3 of proc(5) is index 0).
+
+    Raises OSError when the process is gone.
+    """
+    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def session_pids(sid: int) -> list[int]:
     """Live pids of process session ``sid`` (read from /proc; zombies excluded)."""
     pids = []
@@ -22,7 +31,7 @@ def session_pids(sid: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(int(entry.name))
         except OSError:
             continue
         if int(fields[3]) == sid and fields[0] != "Z":

@@ -220,13 +220,13 @@ class TritonEnsemble(ServedModel):
     def __init__(self, spec: EnsembleSpec) -> None:
         config = mc.ModelConfig()
         config.ParseFromString(spec.config_bytes)
-        self._handles: dict[str, Any] = {}
+        self._member_infers: dict[str, Any] = {}  # model -> its deployment's ``infer`` handle
         self.service = EnsembleService(config, spec.versions, spec.labels, self._call_member)
         self._serve_http()
 
     async def _call_member(self, request: InferRequest) -> InferResponse:
-        handle = self._handles.get(request.model_name)
-        if handle is None:
+        infer = self._member_infers.get(request.model_name)
+        if infer is None:
             handle = serve.get_deployment_handle(request.model_name, app_name=request.model_name)
-            self._handles[request.model_name] = handle
-        return await handle.infer.remote(request)
+            infer = self._member_infers[request.model_name] = handle.infer
+        return await infer.remote(request)

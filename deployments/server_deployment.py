@@ -68,20 +68,17 @@ class ServerCore:
 
     def __init__(self, spec: ServerSpec) -> None:
         self.spec = spec
-        self._handles: dict[str, Any] = {}
         self._methods: dict[tuple[str, str], Any] = {}
 
-    def handle(self, model: str):
-        """The deployment handle of a deployed model (cached)."""
-        if model not in self._handles:
-            self._handles[model] = serve.get_deployment_handle(model, app_name=model)
-        return self._handles[model]
-
     def method(self, model: str, method: str):
-        """A handle to one method of a deployed model's deployment (cached: hot path)."""
+        """A handle to one method of a deployed model's deployment (cached: hot path).
+
+        Deployment name = application name = model name.
+        """
         key = (model, method)
         if key not in self._methods:
-            self._methods[key] = getattr(self.handle(model), method)
+            handle = serve.get_deployment_handle(model, app_name=model)
+            self._methods[key] = getattr(handle, method)
         return self._methods[key]
 
     async def call(self, model: str, method: str, *args):

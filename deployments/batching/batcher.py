@@ -183,9 +183,10 @@ class DynamicBatcher:
         timing = ExecutionTiming(start_ns, infer_start_ns, infer_end_ns, time.monotonic_ns())
         # What an ensemble over this model sums; set before any waiter resumes (no await since
         # the futures were resolved), so every caller sees it.
+        compute = timing.compute
         for result in results:
             if isinstance(result, InferResponse):
-                result.compute = timing.compute
+                result.compute = compute
         self._statistics.record_execution(
             timing,
             [
