@@ -63,6 +63,12 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
     return wrapper
 
 
+def _single_repository(request: Any) -> None:
+    """Repository RPCs name no repository: rayton serves one (Triton's answer otherwise)."""
+    if request.repository_name:
+        raise InferenceServerError(_REPOSITORY_NAME, StatusCode.UNSUPPORTED)
+
+
 def _unsupported(message: str, code: StatusCode) -> Callable[..., Awaitable[Any]]:
     async def method(self: TritonGrpcServicer, request: Any, context: Any) -> Any:
         raise InferenceServerError(message, code)
@@ -197,16 +203,14 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context
     ) -> pb.RepositoryIndexResponse:
-        if request.repository_name:
-            raise InferenceServerError(_REPOSITORY_NAME, StatusCode.UNSUPPORTED)
+        _single_repository(request)
         return codec.repository_index_response(await self.core.repository_index(request.ready))
 
     @_rpc
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context
     ) -> pb.RepositoryModelLoadResponse:
-        if request.repository_name:
-            raise InferenceServerError(_REPOSITORY_NAME, StatusCode.UNSUPPORTED)
+        _single_repository(request)
         for key, value in request.parameters.items():
             kind = value.WhichOneof("parameter_choice")
             if key == "config" and kind != "string_param":
@@ -226,8 +230,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context
     ) -> pb.RepositoryModelUnloadResponse:
-        if request.repository_name:
-            raise InferenceServerError(_REPOSITORY_NAME, StatusCode.UNSUPPORTED)
+        _single_repository(request)
         dependents = request.parameters.get("unload_dependents")
         if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
             raise InferenceServerError(
