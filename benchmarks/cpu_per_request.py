@@ -24,9 +24,9 @@ from pathlib import Path
 
 from benchmarks.models import write_repositories
 from benchmarks.run import start_system
-from cluster.perf.config import PerfConfig
-from cluster.perf.runner import run_level
-from cluster.processes import session_pids, stat_fields
+from rayton_perf.config import PerfConfig
+from rayton_perf.runner import run_level
+from tests.support.processes import session_pids, stat_fields
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 # (substring of the command line, role), first match wins.

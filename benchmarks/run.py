@@ -23,11 +23,11 @@ from pathlib import Path
 
 from benchmarks import raw_ort
 from benchmarks.models import MAX_BATCH_SIZE, MODELS, QUEUE_DELAY_US, write_repositories
-from cluster.perf.config import PerfConfig
-from cluster.perf.result import LevelResult
-from cluster.perf.runner import run_level
-from cluster.processes import ServerProcess
-from tests.conftest import free_port
+from rayton_perf.config import PerfConfig
+from rayton_perf.result import LevelResult
+from rayton_perf.runner import run_level
+from tests.support.ports import free_port
+from tests.support.processes import ServerProcess
 
 
 @dataclass(frozen=True)

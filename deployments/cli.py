@@ -9,8 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
-from deployments.applications import DEFAULT_GRPC_PORT, plan_applications
-from deployments.serve_config import ACCESS_LOG_OFF, serve_config, write_serve_config
+from deployments.apps.builders import DEFAULT_GRPC_PORT, plan_applications
+from deployments.apps.serve_config import ACCESS_LOG_OFF, serve_config, write_serve_config
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -135,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     _add_common(run)
     run.set_defaults(func=cmd_serve)
 
-    from cluster.perf.cli import add_arguments as add_perf_arguments
-    from cluster.perf.cli import run as run_perf
+    from rayton_perf.cli import add_arguments as add_perf_arguments
+    from rayton_perf.cli import run as run_perf
 
     perf = sub.add_parser("perf", help="measure a model like perf_analyzer (tritonclient aio)")
     add_perf_arguments(perf)

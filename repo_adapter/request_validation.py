@@ -14,7 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferTensor
+from repo_adapter.inference_types import InferRequest, InferTensor
 
 _WILDCARD = -1
 

@@ -8,26 +8,15 @@ OS-assigned ports outside Ray's worker (10002-19999) and HAProxy (30000-31000,
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on by default
-
-_RAY_PORT_RANGES = ((10002, 19999), (30000, 31000), (40000, 41000))
-
-
-def free_port() -> int:
-    """An unused loopback port outside the ranges Ray hands to its workers and ingress."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if not any(low <= port <= high for low, high in _RAY_PORT_RANGES):
-            return port
 
 
 @dataclass
@@ -50,7 +39,7 @@ class ServeCluster:
         from ray import serve
         from ray.serve.api import RunTarget
 
-        from deployments.applications import plan_applications
+        from deployments.apps.builders import plan_applications
 
         plans, _ = plan_applications(repository, models, grpc_port=grpc_port)
         targets = [

@@ -1,8 +1,8 @@
 """Triton's gRPC messages (``inference.GRPCInferenceService``) <-> rayton's neutral types.
 
-Requests decode into :class:`~repo_adapter.inference.InferRequest` and responses encode from
-:class:`~repo_adapter.inference.InferResponse`, as the HTTP codec does for HTTP bodies. Behaviour
-and error messages follow Triton's ``src/grpc/infer_handler.cc``:
+Requests decode into :class:`~repo_adapter.inference_types.InferRequest` and responses
+encode from :class:`~repo_adapter.inference_types.InferResponse`, as the HTTP codec does for
+HTTP bodies. Behaviour and error messages follow Triton's ``src/grpc/infer_handler.cc``:
 
 * Tensor data comes either from ``raw_input_contents`` (what ``tritonclient`` always sends: one
   entry per input, in input order; fixed-size tensors become zero-copy numpy views over it) or
@@ -39,7 +39,7 @@ from repo_adapter.datatypes import (
     tensor_to_bytes,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from repo_adapter.request_validation import log_request
 
 # Request parameters the frontend consumes; models do not see ``triton_*`` ones.

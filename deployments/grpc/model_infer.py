@@ -16,7 +16,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from deployments.grpc import codec
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse
+from repo_adapter.inference_types import InferRequest, InferResponse
 
 InferFn = Callable[[InferRequest], Awaitable[InferResponse]]
 

@@ -2,9 +2,10 @@
 
 Model RPCs go to each model's deployment through its handle (``infer_grpc``, ``metadata``,
 ``model_config``, ``is_ready``, ``statistics``); server-wide RPCs (health, metadata, repository
-index, load/unload, statistics of all models) share :class:`~deployments.server_deployment.
-ServerCore` with the HTTP server application, so both protocols answer alike. Errors are
-:class:`InferenceServerError` mapped to gRPC status codes as Triton maps them.
+index, load/unload, statistics of all models) share :class:`~deployments.core.server_core.
+ServerCore` with the HTTP server routes, so both protocols answer alike. Inference requests
+stay wire bytes here: :mod:`deployments.grpc.routing` reads only the model name and version.
+Errors are :class:`InferenceServerError` mapped to gRPC status codes as Triton maps them.
 
 Not supported, answered as Triton answers when a feature is compiled out or unavailable:
 system / CUDA shared memory (UNIMPLEMENTED), trace settings and log settings (UNAVAILABLE).
@@ -22,9 +23,9 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from deployments.core.server_core import ServerCore
 from deployments.grpc import codec
-from deployments.grpc.model_infer import parse_infer_request
-from deployments.server_deployment import ServerCore
+from deployments.grpc.routing import InferRoute, read_infer_route
 from repo_adapter.errors import InferenceServerError, StatusCode
 
 logger = logging.getLogger(__name__)
@@ -89,14 +90,13 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise self.core.undeployed_model_error(model, version, action)
 
     async def _forward_infer(
-        self, request: pb.ModelInferRequest, message: bytes, stream: bool = False
+        self, route: InferRoute, message: bytes, stream: bool = False
     ) -> bytes:
-        """Send a parsed request's wire bytes to its model's replicas; returns theirs."""
+        """Send a request's wire bytes to its model's replicas; returns theirs."""
         # Triton's order: version string, then the model; the replica checks the contents.
-        version = codec.parse_model_version(request.model_version)
-        self._require_deployed(request.model_name, version, "infer")
-        infer = self.core.method(request.model_name, "infer_grpc")
-        return await infer.remote(message, stream)
+        version = codec.parse_model_version(route.model_version)
+        self._require_deployed(route.model_name, version, "infer")
+        return await self.core.infer_wire(route.model_name, message, stream)
 
     async def _model_call(self, model: str, version: str, method: str, action: str) -> Any:
         version = codec.parse_model_version(version)
@@ -155,7 +155,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, message: bytes, context) -> bytes:
-        return await self._forward_infer(parse_infer_request(message), message)
+        return await self._forward_infer(read_infer_route(message), message)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[bytes], context
@@ -189,9 +189,9 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def _stream_one(self, message: bytes) -> bytes:
         request_id = ""
         try:
-            request = parse_infer_request(message)
-            request_id = request.id
-            return await self._forward_infer(request, message, stream=True)
+            route = read_infer_route(message)
+            request_id = route.id
+            return await self._forward_infer(route, message, stream=True)
         except Exception as err:
             if not isinstance(err, InferenceServerError):
                 logger.exception("gRPC ModelStreamInfer request failed")

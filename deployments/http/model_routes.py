@@ -6,7 +6,6 @@ metadata, readiness, config, statistics and inference need no extra hop.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,37 +13,24 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from deployments.http.codec import (
-    RawInputSpec,
-    decode_infer_request,
-    encode_error,
-    encode_infer_response,
+from deployments.core.served_model import ServedModel
+from deployments.http.request_decoding import decode_infer_request
+from deployments.http.response_encoding import encode_infer_response
+from deployments.http.responses import (
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND,
+    empty_response,
+    error_response,
+    json_response,
 )
-from deployments.model_service import ModelService
+from deployments.http.wire import RawInputSpec
 from repo_adapter.errors import InferenceServerError, StatusCode
 
 logger = logging.getLogger(__name__)
 
-_JSON = "application/json"
-NOT_FOUND = {"error": "Not Found"}
 # Clients such as aiohttp ask for gzip on every response; level 1 costs a fraction of the
 # default level's CPU on the hot path, and tensors compress little better at higher levels.
 RESPONSE_COMPRESSION_LEVEL = 1
-METHOD_NOT_ALLOWED = {"error": "Method Not Allowed"}
-
-
-def json_response(payload: Any, status: int = 200) -> Response:
-    return Response(json.dumps(payload, separators=(",", ":")), status, media_type=_JSON)
-
-
-def empty_response(status: int = 200) -> Response:
-    """A body-less answer (health, readiness); Triton's HTTP server labels it text/plain."""
-    return Response(b"", status, headers={"content-type": "text/plain"})
-
-
-def error_response(err: InferenceServerError) -> Response:
-    status, body, headers = encode_error(err)
-    return Response(body, status, headers=headers)
 
 
 def split_model_path(path: str, model: str) -> tuple[str, str] | None:
@@ -64,20 +50,20 @@ def split_model_path(path: str, model: str) -> tuple[str, str] | None:
 
 
 class ModelHttpEndpoints:
-    """Dispatches one HTTP request for a model to its :class:`ModelService`."""
+    """Dispatches one HTTP request for a model to its :class:`ServedModel`."""
 
     def __init__(
         self,
-        service: ModelService,
+        served: ServedModel,
         statistics: Callable[[str], Awaitable[list[dict[str, Any]]]],
     ) -> None:
-        self.service = service
+        self.served = served
         self._statistics = statistics  # the model's totals over all its replicas
         # A body with Inference-Header-Content-Length 0 is the raw bytes of the only input.
-        self._raw_input = RawInputSpec.from_model_config(service.config)
+        self._raw_input = RawInputSpec.from_model_config(served.config)
 
     async def handle(self, request: Request) -> Response:
-        route = split_model_path(request.url.path, self.service.name)
+        route = split_model_path(request.url.path, self.served.name)
         if route is None:
             return json_response(NOT_FOUND, 404)
         version, action = route
@@ -89,22 +75,22 @@ class ModelHttpEndpoints:
             if request.method != "GET":
                 return json_response(METHOD_NOT_ALLOWED, 405)
             if action == "":
-                return json_response(self.service.metadata(version))
+                return json_response(self.served.metadata(version))
             if action == "ready":
-                if self.service.is_ready(version):
+                if self.served.is_ready(version):
                     return empty_response(200)
                 # As Triton 2.73 (core GetModel): an unknown version is NOT_FOUND and an
                 # unavailable one UNAVAILABLE; metadata() raises exactly those errors.
-                self.service.metadata(version)
+                self.served.metadata(version)
                 return json_response({"error": "Model version not ready"}, 400)
             if action == "config":
-                return json_response(self.service.model_config(version))
+                return json_response(self.served.model_config(version))
             if action == "stats":
                 return json_response({"model_stats": await self._statistics(version)})
         except InferenceServerError as err:
             return error_response(err)
         except Exception as err:  # a bug must still answer in Triton's error format
-            logger.exception("model '%s': unhandled error on %s", self.service.name, request.url)
+            logger.exception("model '%s': unhandled error on %s", self.served.name, request.url)
             return error_response(
                 InferenceServerError(f"{type(err).__name__}: {err}", StatusCode.INTERNAL)
             )
@@ -116,11 +102,11 @@ class ModelHttpEndpoints:
             infer_request = decode_infer_request(
                 body,
                 request.headers,
-                model_name=self.service.name,
+                model_name=self.served.name,
                 model_version=version,
                 raw_input=self._raw_input,
             )
-            response = await self.service.infer(infer_request)
+            response = await self.served.infer(infer_request)
             payload, headers = encode_infer_response(
                 response,
                 infer_request,

@@ -11,28 +11,11 @@ import numpy as np
 
 from deployments.http import compression
 from deployments.http.wire import (
-    _INT64_MAX,
-    _INTEGER_TYPES,
-    _NO_JSON_TYPES,
-    _NOT_ARRAY,
-    _NOT_BOOL,
-    _NOT_INT,
-    _NOT_NUMBER,
-    _NOT_OBJECT,
-    _NOT_STRING,
-    _NOT_UINT,
-    _OUTPUT_FIELD_PARAMETERS,
-    _SIGNED_TYPES,
-    _TRANSPORT_PARAMETERS,
-    _UINT64_LIMIT,
-    _UNSIGNED_TYPES,
     CONTENT_ENCODING,
     INFERENCE_HEADER_CONTENT_LENGTH,
+    NO_JSON_DATATYPES,
     RESERVED_PARAMETER_PREFIX,
     RawInputSpec,
-    SharedMemoryRegions,
-    _is_uint,
-    _shared_memory_location,
     json_loads,
 )
 from repo_adapter.datatypes import (
@@ -42,8 +25,50 @@ from repo_adapter.datatypes import (
     protocol_to_numpy,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferTensor, RequestedOutput
+from repo_adapter.inference_types import InferRequest, InferTensor, RequestedOutput
 from repo_adapter.request_validation import log_request
+
+# Input parameters that only describe where the data travels; models never see them.
+_TRANSPORT_PARAMETERS = frozenset(
+    ("binary_data_size", "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
+)
+# Requested-output parameters that RequestedOutput carries as fields.
+_OUTPUT_FIELD_PARAMETERS = frozenset(("binary_data", "classification"))
+
+_INT64_MAX = 2**63 - 1
+_UINT64_LIMIT = 2**64
+
+# TritonJson's wording for type mismatches, so clients see the messages Triton sends.
+_NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+_NOT_INT = "attempt to access JSON non-signed-integer as signed-integer"
+_NOT_NUMBER = "attempt to access JSON non-number as double"
+_NOT_BOOL = "attempt to access JSON non-boolean as boolean"
+_NOT_STRING = "attempt to access JSON non-string as string"
+_NOT_ARRAY = "attempt to access JSON non-array as array"
+_NOT_OBJECT = "attempt to access JSON non-object as object"
+
+_SIGNED_TYPES = frozenset(("INT8", "INT16", "INT32", "INT64"))
+_UNSIGNED_TYPES = frozenset(("UINT8", "UINT16", "UINT32", "UINT64"))
+_INTEGER_TYPES = _SIGNED_TYPES | _UNSIGNED_TYPES
+
+
+def _is_uint(value: Any) -> bool:
+    # type() rather than isinstance(): JSON true/false arrive as bool, a subclass of int.
+    return type(value) is int and 0 <= value < _UINT64_LIMIT
+
+
+def _shared_memory_location(parameters: dict[str, Any]) -> tuple[str, int, int]:
+    region = parameters["shared_memory_region"]
+    if not isinstance(region, str):
+        raise InferenceServerError(f"Unable to parse 'shared_memory_region': {_NOT_STRING}")
+    offset = parameters.get("shared_memory_offset", 0)
+    if not _is_uint(offset):
+        raise InferenceServerError(f"Unable to parse 'shared_memory_offset': {_NOT_UINT}")
+    byte_size = parameters.get("shared_memory_byte_size", 0)
+    if not _is_uint(byte_size):
+        raise InferenceServerError(f"Unable to parse 'shared_memory_byte_size': {_NOT_UINT}")
+    return region, offset, byte_size
+
 
 # --------------------------------------------------------------------------------------------
 # Request decoding
@@ -56,7 +81,6 @@ def decode_infer_request(
     model_version: str = "",
     *,
     raw_input: RawInputSpec | Any | None = None,
-    shared_memory: SharedMemoryRegions | None = None,
     max_decompressed_size: int | None = compression.DEFAULT_MAX_DECOMPRESSED_SIZE,
 ) -> InferRequest:
     """Decode an HTTP ``/infer`` request body.
@@ -70,8 +94,6 @@ def decode_infer_request(
             (``Inference-Header-Content-Length: 0``): a :class:`RawInputSpec`, or the model's
             ``ModelConfig`` to derive it from. None, or a config without exactly one input,
             makes raw bodies an error.
-        shared_memory: registered shared-memory regions, for inputs and outputs that name one;
-            None makes such requests fail with NOT_FOUND.
         max_decompressed_size: cap on an inflated compressed body; None or 0 for no cap.
 
     Returns:
@@ -101,8 +123,8 @@ def decode_infer_request(
         model_version=model_version,
         id=_request_id(header),
         parameters=_request_parameters(header),
-        inputs=_decode_inputs(header, payload, model_name, shared_memory),
-        outputs=_requested_outputs(header, shared_memory),
+        inputs=_decode_inputs(header, payload, model_name),
+        outputs=_requested_outputs(header),
     )
 
 
@@ -226,14 +248,13 @@ def _decode_inputs(
     header: dict[str, Any],
     payload: memoryview,
     model_name: str,
-    shared_memory: SharedMemoryRegions | None,
 ) -> list[InferTensor]:
     entries = _member(header, "inputs", list, _NOT_ARRAY)
     tensors: list[InferTensor] = []
     names: set[str] = set()
     offset = 0
     for entry in entries:
-        tensor, offset = _decode_input(entry, payload, offset, model_name, shared_memory)
+        tensor, offset = _decode_input(entry, payload, offset, model_name)
         if tensor.name in names:
             # Core's AddOriginalInput error, with its "[request id: ...] " prefix.
             raise InferenceServerError(
@@ -251,7 +272,6 @@ def _decode_input(
     payload: memoryview,
     offset: int,
     model_name: str,
-    shared_memory: SharedMemoryRegions | None,
 ) -> tuple[InferTensor, int]:
     """One input of the JSON header; returns it and the offset of the next binary input."""
     if not isinstance(entry, dict):
@@ -276,7 +296,7 @@ def _decode_input(
         data = input_from_bytes(payload[offset:end], datatype, shape, name, model_name)
         offset = end
     elif "shared_memory_region" in parameters:
-        buffer = _read_shared_memory(parameters, shared_memory)
+        buffer = _read_shared_memory(parameters)
         data = input_from_bytes(buffer, datatype, shape, name, model_name)
     else:
         data = _array_from_json(entry["data"], datatype, dtype, shape, count, name)
@@ -329,15 +349,12 @@ def _input_dtype(datatype: str, name: str) -> np.dtype:
         raise InferenceServerError(f"invalid datatype '{datatype}' for input '{name}'") from None
 
 
-def _read_shared_memory(
-    parameters: dict[str, Any], shared_memory: SharedMemoryRegions | None
-) -> bytes | memoryview:
-    region, offset, byte_size = _shared_memory_location(parameters)
-    if shared_memory is None:
-        raise InferenceServerError(
-            f"Unable to find shared memory region: '{region}'", StatusCode.NOT_FOUND
-        )
-    return shared_memory.read(region, offset, byte_size)
+def _read_shared_memory(parameters: dict[str, Any]) -> bytes | memoryview:
+    """No region is ever registered (no shared-memory extension): Triton's unknown-region error."""
+    region, _, _ = _shared_memory_location(parameters)
+    raise InferenceServerError(
+        f"Unable to find shared memory region: '{region}'", StatusCode.NOT_FOUND
+    )
 
 
 def _array_from_json(
@@ -351,7 +368,7 @@ def _array_from_json(
     """JSON ``data`` (flat or nested, row-major) -> array of ``shape``."""
     if count == 0:
         return np.empty(shape, dtype=dtype)  # Triton does not read 'data' of empty tensors
-    if datatype in _NO_JSON_TYPES:
+    if datatype in NO_JSON_DATATYPES:
         raise InferenceServerError(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data "
             f"format for input {name}"
@@ -426,23 +443,21 @@ def _bytes_from_json(data: list, name: str) -> np.ndarray:
     return array
 
 
-def _requested_outputs(
-    header: dict[str, Any], shared_memory: SharedMemoryRegions | None
-) -> list[RequestedOutput]:
+def _requested_outputs(header: dict[str, Any]) -> list[RequestedOutput]:
     if header.get("outputs") is None:
         return []
     entries = _member(header, "outputs", list, _NOT_ARRAY)
     outputs: list[RequestedOutput] = []
     names: set[str] = set()
     for entry in entries:
-        output = _requested_output(entry, shared_memory)
+        output = _requested_output(entry)
         if output.name not in names:  # Triton keeps requested outputs in a set
             names.add(output.name)
             outputs.append(output)
     return outputs
 
 
-def _requested_output(entry: Any, shared_memory: SharedMemoryRegions | None) -> RequestedOutput:
+def _requested_output(entry: Any) -> RequestedOutput:
     if not isinstance(entry, dict):
         raise InferenceServerError(f"Unable to parse 'outputs': {_NOT_OBJECT}")
     parameters = _parameters_of(entry)
@@ -454,7 +469,7 @@ def _requested_output(entry: Any, shared_memory: SharedMemoryRegions | None) -> 
     if not _is_uint(class_count):
         raise InferenceServerError(f"Unable to set 'classification': {_NOT_UINT}")
     if "shared_memory_region" in parameters:
-        _check_shared_memory_output(parameters, shared_memory)
+        _check_shared_memory_output(parameters)
     return RequestedOutput(
         name=name,
         binary_data=binary_data,
@@ -463,9 +478,7 @@ def _requested_output(entry: Any, shared_memory: SharedMemoryRegions | None) -> 
     )
 
 
-def _check_shared_memory_output(
-    parameters: dict[str, Any], shared_memory: SharedMemoryRegions | None
-) -> None:
+def _check_shared_memory_output(parameters: dict[str, Any]) -> None:
     # Classification results are computed after the output exists, so they can't go to shm.
     if "classification" in parameters:
         raise InferenceServerError(
@@ -474,10 +487,9 @@ def _check_shared_memory_output(
     if parameters.get("binary_data") is True:
         raise InferenceServerError("Output can't set both 'shared_memory_region' and 'binary_data'")
     region, _, _ = _shared_memory_location(parameters)
-    if shared_memory is None:
-        raise InferenceServerError(
-            f"Unable to find shared memory region: '{region}'", StatusCode.NOT_FOUND
-        )
+    raise InferenceServerError(
+        f"Unable to find shared memory region: '{region}'", StatusCode.NOT_FOUND
+    )
 
 
 def _raw_input_spec(raw_input: RawInputSpec | Any | None) -> RawInputSpec | None:

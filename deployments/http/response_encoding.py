@@ -8,15 +8,12 @@ import numpy as np
 
 from deployments.http import compression
 from deployments.http.wire import (
-    _NO_JSON_TYPES,
     BINARY_CONTENT_TYPE,
     CONTENT_ENCODING,
     CONTENT_TYPE,
     INFERENCE_HEADER_CONTENT_LENGTH,
     JSON_CONTENT_TYPE,
-    SharedMemoryRegions,
-    _shared_memory_location,
-    _stdlib_json_dumps,
+    NO_JSON_DATATYPES,
     json_dumps,
 )
 from repo_adapter.datatypes import (
@@ -24,7 +21,7 @@ from repo_adapter.datatypes import (
     serialize_bytes_tensor,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 
 def encode_error(
@@ -62,19 +59,17 @@ def encode_infer_response(
     request: InferRequest,
     accept_encoding: str | None = None,
     *,
-    shared_memory: SharedMemoryRegions | None = None,
     compression_level: int = -1,
 ) -> tuple[bytes, dict[str, str]]:
     """Encode an inference response as Triton's HTTP frontend does.
 
     Classification must already have been applied
-    (:func:`deployments.classification.apply_classification`): outputs are encoded as given.
+    (:func:`deployments.core.classification.apply_classification`): outputs are encoded as given.
 
     Args:
         response: the outputs, in the order they are returned.
         request: the decoded request (id, requested outputs, ``binary_data_output``).
         accept_encoding: the request's ``Accept-Encoding`` header, or None.
-        shared_memory: regions for outputs the request placed in shared memory.
         compression_level: zlib level when the response is compressed.
 
     Returns:
@@ -83,8 +78,7 @@ def encode_infer_response(
         output is non-empty); ``Content-Encoding`` when compressed.
 
     Raises:
-        InferenceServerError: INVALID_ARG for FP16/BF16 outputs requested as JSON; INTERNAL
-            when a shared-memory output does not fit its region.
+        InferenceServerError: INVALID_ARG for FP16/BF16 outputs requested as JSON.
     """
     requested = {output.name: output for output in request.outputs}
     default_binary = request.parameters.get("binary_data_output") is True
@@ -92,9 +86,7 @@ def encode_infer_response(
     buffers: list[bytes | memoryview] = []
     all_finite = True
     for tensor in response.outputs:
-        entry, buffer, finite = _encode_output(
-            tensor, requested.get(tensor.name), default_binary, shared_memory
-        )
+        entry, buffer, finite = _encode_output(tensor, requested.get(tensor.name), default_binary)
         outputs.append(entry)
         all_finite = all_finite and finite
         if buffer is not None and len(buffer):
@@ -110,7 +102,7 @@ def encode_infer_response(
         header["parameters"] = response.parameters
     header["outputs"] = outputs
     # orjson writes NaN/Infinity as null, so non-finite JSON data goes through the stdlib.
-    header_bytes = json_dumps(header) if all_finite else _stdlib_json_dumps(header)
+    header_bytes = json_dumps(header, finite=all_finite)
 
     if buffers:
         body = b"".join([header_bytes, *buffers])
@@ -138,7 +130,6 @@ def _encode_output(
     tensor: InferTensor,
     requested: RequestedOutput | None,
     default_binary: bool,
-    shared_memory: SharedMemoryRegions | None,
 ) -> tuple[dict[str, Any], bytes | memoryview | None, bool]:
     """One output's JSON entry, its binary data (if any) and whether its JSON data is finite."""
     entry: dict[str, Any] = {
@@ -147,10 +138,6 @@ def _encode_output(
         "shape": list(tensor.shape),
     }
     parameters = dict(tensor.parameters)
-
-    if requested is not None and "shared_memory_region" in requested.parameters:
-        _write_shared_memory(tensor, requested, shared_memory)
-        return entry, None, True  # Triton sends neither data nor binary size for shm outputs
 
     if requested is None:
         binary = default_binary
@@ -182,7 +169,7 @@ def _wire_buffer(tensor: InferTensor) -> bytes | memoryview:
 def _json_data(tensor: InferTensor) -> tuple[Any, bool]:
     """Flat, row-major JSON data for an output, and whether it is free of NaN/Infinity."""
     datatype = tensor.datatype
-    if datatype in _NO_JSON_TYPES:
+    if datatype in NO_JSON_DATATYPES:
         raise InferenceServerError(
             f"sending {datatype} data via JSON is not supported. Please use the binary data "
             "format for output"
@@ -201,23 +188,3 @@ def _json_text(item: Any) -> str:
     if isinstance(item, str):
         return item
     return str(item)
-
-
-def _write_shared_memory(
-    tensor: InferTensor,
-    requested: RequestedOutput,
-    shared_memory: SharedMemoryRegions | None,
-) -> None:
-    region, offset, byte_size = _shared_memory_location(requested.parameters)
-    if shared_memory is None:
-        raise InferenceServerError(
-            f"Unable to find shared memory region: '{region}'", StatusCode.NOT_FOUND
-        )
-    buffer = _wire_buffer(tensor)
-    if len(buffer) > byte_size:
-        raise InferenceServerError(
-            f"shared memory size specified with the request for output '{tensor.name}' "
-            f"({byte_size} bytes) should be at least {len(buffer)} bytes to hold the results",
-            StatusCode.INTERNAL,
-        )
-    shared_memory.write(region, offset, buffer)

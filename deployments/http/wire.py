@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from repo_adapter.datatypes import config_to_protocol
-from repo_adapter.errors import InferenceServerError
 
 try:  # Optional accelerator: parses and writes JSON (numpy arrays included) several times faster.
     import orjson as _orjson
@@ -26,52 +25,10 @@ CONTENT_ENCODING = "Content-Encoding"
 JSON_CONTENT_TYPE = "application/json"
 BINARY_CONTENT_TYPE = "application/octet-stream"
 
-# Request parameters Triton's frontend consumes itself rather than handing them to the model as
-# parameters. They stay in InferRequest.parameters (priority, timeout, ... are read from there);
-# whatever exposes parameters to model code should leave these out.
-RESERVED_REQUEST_PARAMETERS = frozenset(
-    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
-)
 RESERVED_PARAMETER_PREFIX = "triton_"
 
-# Input parameters that only describe where the data travels; models never see them.
-_TRANSPORT_PARAMETERS = frozenset(
-    ("binary_data_size", "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
-)
-# Requested-output parameters that RequestedOutput carries as fields.
-_OUTPUT_FIELD_PARAMETERS = frozenset(("binary_data", "classification"))
-
-_INT64_MAX = 2**63 - 1
-_UINT64_LIMIT = 2**64
-
-# TritonJson's wording for type mismatches, so clients see the messages Triton sends.
-_NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
-_NOT_INT = "attempt to access JSON non-signed-integer as signed-integer"
-_NOT_NUMBER = "attempt to access JSON non-number as double"
-_NOT_BOOL = "attempt to access JSON non-boolean as boolean"
-_NOT_STRING = "attempt to access JSON non-string as string"
-_NOT_ARRAY = "attempt to access JSON non-array as array"
-_NOT_OBJECT = "attempt to access JSON non-object as object"
-
-_SIGNED_TYPES = frozenset(("INT8", "INT16", "INT32", "INT64"))
-_UNSIGNED_TYPES = frozenset(("UINT8", "UINT16", "UINT32", "UINT64"))
-_INTEGER_TYPES = _SIGNED_TYPES | _UNSIGNED_TYPES
-_NO_JSON_TYPES = frozenset(("FP16", "BF16"))
-
-
-class SharedMemoryRegions(Protocol):
-    """Registered shared-memory regions, for inputs and outputs that name one.
-
-    Implementations raise :class:`InferenceServerError` for unknown regions or bad ranges.
-    """
-
-    def read(self, region: str, offset: int, byte_size: int) -> bytes | memoryview:
-        """The ``byte_size`` bytes at ``offset`` of ``region``."""
-        ...
-
-    def write(self, region: str, offset: int, data: bytes | memoryview) -> None:
-        """Copy ``data`` into ``region`` at ``offset``."""
-        ...
+# FP16 and BF16 tensors have no JSON form (binary data only), as in Triton.
+NO_JSON_DATATYPES = frozenset(("FP16", "BF16"))
 
 
 @dataclass(frozen=True)
@@ -120,9 +77,13 @@ def json_loads(buffer: bytes | bytearray | memoryview | str) -> Any:
     return json.loads(buffer)
 
 
-def json_dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON; numpy arrays and scalars are written as JSON arrays and numbers."""
-    if _orjson is not None:
+def json_dumps(obj: Any, finite: bool = True) -> bytes:
+    """Compact UTF-8 JSON; numpy arrays and scalars are written as JSON arrays and numbers.
+
+    ``finite=False``: the document may hold NaN or infinities, which are written as Triton's
+    writer does (``NaN``, ``Infinity``); orjson would write them as ``null``.
+    """
+    if _orjson is not None and finite:
         try:
             return _orjson.dumps(obj, option=_orjson.OPT_SERIALIZE_NUMPY)
         except TypeError:
@@ -142,26 +103,3 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def json_response_body(obj: Any) -> bytes:
-    """Body of a JSON response (metadata, statistics, ...), written compactly like Triton."""
-    return json_dumps(obj)
-
-
-def _is_uint(value: Any) -> bool:
-    # type() rather than isinstance(): JSON true/false arrive as bool, a subclass of int.
-    return type(value) is int and 0 <= value < _UINT64_LIMIT
-
-
-def _shared_memory_location(parameters: dict[str, Any]) -> tuple[str, int, int]:
-    region = parameters["shared_memory_region"]
-    if not isinstance(region, str):
-        raise InferenceServerError(f"Unable to parse 'shared_memory_region': {_NOT_STRING}")
-    offset = parameters.get("shared_memory_offset", 0)
-    if not _is_uint(offset):
-        raise InferenceServerError(f"Unable to parse 'shared_memory_offset': {_NOT_UINT}")
-    byte_size = parameters.get("shared_memory_byte_size", 0)
-    if not _is_uint(byte_size):
-        raise InferenceServerError(f"Unable to parse 'shared_memory_byte_size': {_NOT_UINT}")
-    return region, offset, byte_size

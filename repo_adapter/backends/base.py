@@ -22,7 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.datatypes import config_to_protocol, protocol_to_numpy
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,9 @@ from repo_adapter.backends.base import Backend, ExecuteResult, InstanceSpec, Mod
 from repo_adapter.config import config_to_json_dict, config_to_json_text
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from repo_adapter.python_backend import model_loader, runtime
 from repo_adapter.python_backend.dtypes import as_protocol_array, enum_to_protocol
-from repo_adapter.python_backend.errors import TritonModelException
 from repo_adapter.python_backend.inference import (
     TRITONSERVER_REQUEST_RELEASE_ALL,
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
@@ -49,6 +48,7 @@ from repo_adapter.python_backend.inference import (
     request_state,
 )
 from repo_adapter.python_backend.model_config import ModelConfig
+from repo_adapter.python_backend.triton_error import TritonModelException
 
 logger = logging.getLogger(__name__)
 

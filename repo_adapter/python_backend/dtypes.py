@@ -14,7 +14,7 @@ import numpy as np
 
 from repo_adapter import datatypes
 from repo_adapter.errors import InferenceServerError
-from repo_adapter.python_backend.errors import TritonModelException
+from repo_adapter.python_backend.triton_error import TritonModelException
 
 
 class TritonDataType(enum.IntEnum):

@@ -18,32 +18,32 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.inference_types import (
+    RESERVED_REQUEST_PARAMETERS,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    RequestedOutput,
+)
 from repo_adapter.python_backend import runtime
 from repo_adapter.python_backend.dtypes import (
     as_protocol_array,
     enum_to_protocol,
     protocol_to_enum,
 )
-from repo_adapter.python_backend.errors import (
+from repo_adapter.python_backend.tensor import Tensor
+from repo_adapter.python_backend.triton_error import (
     TritonError,
     TritonErrorCode,
     TritonModelException,
     from_status_code,
 )
-from repo_adapter.python_backend.tensor import Tensor
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
-
-# Request parameters Triton's frontends consume themselves; the model never sees them in
-# ``parameters()`` (they surface as correlation_id(), flags(), timeout() instead).
-RESERVED_REQUEST_PARAMETERS = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output"}
-)
 
 
 class MemoryType(enum.IntEnum):

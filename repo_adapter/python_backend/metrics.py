@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from repo_adapter.python_backend.errors import TritonModelException
+from repo_adapter.python_backend.triton_error import TritonModelException
 
 
 class MetricKind(enum.IntEnum):

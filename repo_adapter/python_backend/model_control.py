@@ -12,7 +12,7 @@ from typing import Any
 
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.python_backend import runtime
-from repo_adapter.python_backend.errors import TritonModelException
+from repo_adapter.python_backend.triton_error import TritonModelException
 
 
 def _call_hook(method: str, *args: Any) -> Any:

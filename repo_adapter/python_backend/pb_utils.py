@@ -26,7 +26,6 @@ from repo_adapter.python_backend.dtypes import (
     triton_string_to_numpy,
     triton_to_numpy_type,
 )
-from repo_adapter.python_backend.errors import TritonError, TritonErrorCode, TritonModelException
 from repo_adapter.python_backend.inference import (
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
@@ -46,6 +45,11 @@ from repo_adapter.python_backend.metrics import Metric, MetricFamily, MetricKind
 from repo_adapter.python_backend.model_config import ModelConfig
 from repo_adapter.python_backend.model_control import is_model_ready, load_model, unload_model
 from repo_adapter.python_backend.tensor import Tensor
+from repo_adapter.python_backend.triton_error import (
+    TritonError,
+    TritonErrorCode,
+    TritonModelException,
+)
 
 __all__ = [
     "TRITONSERVER_MEMORY_CPU",

@@ -4,8 +4,8 @@
 ``load_model()``) cannot know which server they run in. The serving layer installs:
 
 * a BLS dispatcher with :func:`set_bls_dispatcher`: an async callable taking a
-  :class:`repo_adapter.inference.InferRequest` and returning an
-  :class:`repo_adapter.inference.InferResponse`, or raising
+  :class:`repo_adapter.inference_types.InferRequest` and returning an
+  :class:`repo_adapter.inference_types.InferResponse`, or raising
   :class:`repo_adapter.errors.InferenceServerError`;
 * optionally a model repository hook with :func:`set_model_repository_hook`, which serves
   ``pb_utils.load_model`` / ``unload_model`` / ``is_model_ready``.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from repo_adapter.inference import InferRequest, InferResponse
+from repo_adapter.inference_types import InferRequest, InferResponse
 
 BlsDispatcher = Callable[[InferRequest], Awaitable[InferResponse]]
 

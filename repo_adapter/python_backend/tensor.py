@@ -14,7 +14,7 @@ import numpy as np
 
 from repo_adapter import datatypes
 from repo_adapter.python_backend.dtypes import TritonDataType, numpy_to_triton_type
-from repo_adapter.python_backend.errors import TritonModelException
+from repo_adapter.python_backend.triton_error import TritonModelException
 
 _DL_CPU = 1  # DLDeviceType kDLCPU
 _DL_CUDA_HOST = 3  # kDLCUDAHost: pinned host memory, readable as CPU memory

@@ -20,8 +20,8 @@ import pytest
 from tests.conformance.allowlist import ALLOWED, KNOWN_GAPS
 from tests.conformance.cases import REGISTRY
 from tests.conformance.driver import Server, compare, http_request, run_sequence
-from tests.conftest import free_port
 from tests.reference_triton import ReferenceTriton, ReferenceTritonError, require_reference_triton
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 

@@ -14,10 +14,10 @@ import tritonclient.http as httpclient
 import yaml
 from ray.serve.schema import ServeDeploySchema
 
-from cluster.processes import session_pids
 from deployments.cli import main
-from tests.conftest import free_port
 from tests.deployments.test_serve_run import ready, wait_until
+from tests.support.ports import free_port
+from tests.support.processes import session_pids, start_session
 
 
 def test_build_writes_a_serve_config_with_one_app_per_model(example_repository, tmp_path, capsys):
@@ -29,7 +29,7 @@ def test_build_writes_a_serve_config_with_one_app_per_model(example_repository, 
     assert apps["rayton-server"]["route_prefix"] == "/"
     grpc = apps["rayton-grpc"]  # Triton's gRPC endpoint on 8001 by default, no HTTP route
     assert grpc["route_prefix"] is None
-    assert grpc["import_path"] == "deployments.grpc.deployment:build_grpc_app"
+    assert grpc["import_path"] == "deployments.apps.builders:build_grpc_app"
     assert (grpc["args"]["grpc_host"], grpc["args"]["grpc_port"]) == ("127.0.0.1", 8001)
     assert grpc["deployments"][0]["name"] == "grpc"
     onnx = apps["image_classifier_onnx"]
@@ -63,7 +63,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, st
     port, grpc_port = free_port(), free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
     env.pop("RAY_ADDRESS", None)
-    server = subprocess.Popen(
+    server = start_session(
         [
             str(Path(sys.executable).parent / "rayton"),
             "serve",
@@ -82,7 +82,6 @@ def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, st
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        start_new_session=True,
     )
     url = f"127.0.0.1:{port}"
     try:

@@ -16,8 +16,8 @@ import tritonclient.http as httpclient
 import yaml
 
 from cluster.local import FAST_INGRESS_ENV
-from cluster.processes import session_pids
-from tests.conftest import free_port
+from tests.support.ports import free_port
+from tests.support.processes import session_pids, start_session
 
 pytestmark = pytest.mark.cluster
 
@@ -57,13 +57,12 @@ def test_serve_run_committed_config(tmp_path, example_repository, ingress_env):
     (tmp_path / "examples" / "model_repository").symlink_to(example_repository)
     env = dict(os.environ, RAY_AUTH_MODE="disabled", **ingress_env)
     env.pop("RAY_ADDRESS", None)
-    server = subprocess.Popen(
+    server = start_session(
         [str(Path(sys.executable).parent / "serve"), "run", "serve_config.yaml"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
     )
     url = f"127.0.0.1:{port}"
     try:

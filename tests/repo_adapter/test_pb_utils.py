@@ -15,7 +15,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 import repo_adapter.python_backend as python_backend
 from repo_adapter import datatypes
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from repo_adapter.python_backend import pb_utils, runtime
 from repo_adapter.python_backend.inference import from_infer_request, to_infer_request
 

@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.errors import InferenceServerError
-from repo_adapter.inference import InferRequest, InferTensor, RequestedOutput
+from repo_adapter.inference_types import InferRequest, InferTensor, RequestedOutput
 from repo_adapter.request_validation import RequestValidator, reshaped
 
 BATCHED = """

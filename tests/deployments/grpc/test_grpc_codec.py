@@ -14,11 +14,11 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import InferenceServerException
 
+from deployments.core.statistics import VersionStatistics
 from deployments.grpc import codec
-from deployments.statistics import VersionStatistics
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferResponse, InferTensor
+from repo_adapter.inference_types import InferResponse, InferTensor
 from repo_adapter.repository import scan_repository
 
 TEST_MODELS = Path(__file__).parents[1] / "model_repository"
@@ -361,14 +361,15 @@ def test_metadata_statistics_and_index_convert():
 
 
 async def test_grpc_server_starts_answers_and_refuses_a_busy_port():
-    from deployments.grpc.deployment import GrpcSpec, start_grpc_server
-    from deployments.server_deployment import ServerSpec
-    from tests.conftest import free_port
+    from deployments.apps.handles import ModelHandles
+    from deployments.core.server_core import ServerSpec
+    from deployments.grpc.server import GrpcSpec, start_grpc_server
+    from tests.support.ports import free_port
 
     spec = GrpcSpec(
         ServerSpec(repository="r", deployed=[], unavailable={"b": "bad"}), port=free_port()
     )
-    server, _ = await start_grpc_server(spec)
+    server, _ = await start_grpc_server(spec, ModelHandles())  # no model is ever called
     try:
         async with aiogrpcclient.InferenceServerClient(spec.address) as client:
             assert await client.is_server_live()
@@ -381,6 +382,6 @@ async def test_grpc_server_starts_answers_and_refuses_a_busy_port():
             index = await client.get_model_repository_index(as_json=True)
             assert index["models"] == [{"name": "b", "state": "UNAVAILABLE", "reason": "bad"}]
         with pytest.raises(RuntimeError, match="cannot listen for gRPC"):
-            await start_grpc_server(spec, bind_wait_s=0.2)
+            await start_grpc_server(spec, ModelHandles(), bind_wait_s=0.2)
     finally:
         await server.stop(None)

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aiogrpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.cluster
 

@@ -9,7 +9,7 @@ from tritonclient.grpc import service_pb2 as pb
 from deployments.grpc import codec
 from deployments.grpc.model_infer import infer_serialized, parse_infer_request
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from tests.deployments.grpc.test_grpc_codec import client_request, infer_input
 
 

@@ -15,17 +15,18 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.http import InferenceServerClient
 
-from deployments.classification import apply_classification
-from deployments.http import compression, wire
-from deployments.http.codec import (
+from deployments.core.classification import apply_classification
+from deployments.http import (
     RawInputSpec,
+    compression,
     decode_infer_request,
     encode_error,
     encode_infer_response,
-    json_response_body,
+    json_dumps,
+    wire,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -645,49 +646,6 @@ def test_decompression_is_capped():
 
 
 # --------------------------------------------------------------------------------------------
-# shared memory hooks
-
-
-class FakeRegions:
-    def __init__(self):
-        self.regions = {"in": bytearray(64), "out": bytearray(64)}
-
-    def read(self, region, offset, byte_size):
-        return memoryview(self.regions[region])[offset : offset + byte_size]
-
-    def write(self, region, offset, data):
-        self.regions[region][offset : offset + len(data)] = data
-
-
-def test_shared_memory_input_and_output():
-    regions = FakeRegions()
-    regions.regions["in"][8:24] = np.arange(4, dtype=np.float32).tobytes()
-    shm_in = {"shared_memory_region": "in", "shared_memory_offset": 8,
-              "shared_memory_byte_size": 16}  # fmt: skip
-    shm_out = {"shared_memory_region": "out", "shared_memory_offset": 4,
-               "shared_memory_byte_size": 16}  # fmt: skip
-    header = {
-        "inputs": [{"name": "X", "datatype": "FP32", "shape": [4], "parameters": shm_in}],
-        "outputs": [{"name": "Y", "parameters": shm_out}],
-    }
-    request = decode(*json_request(header), shared_memory=regions)
-    np.testing.assert_array_equal(request.input("X").data, np.arange(4))
-    assert request.outputs[0].parameters == shm_out
-
-    output = InferTensor("Y", "FP32", request.input("X").data * 2)
-    body, headers = encode([output], request, shared_memory=regions)
-    assert response_json(body, headers)["outputs"] == [
-        {"name": "Y", "datatype": "FP32", "shape": [4]}
-    ]
-    written = np.frombuffer(bytes(regions.regions["out"][4:20]), dtype=np.float32)
-    np.testing.assert_array_equal(written, np.arange(4) * 2)
-
-    too_big = InferTensor("Y", "FP32", np.zeros(5, dtype=np.float32))
-    with fails(StatusCode.INTERNAL, r"\(16 bytes\) should be at least 20 bytes"):
-        encode([too_big], request, shared_memory=regions)
-
-
-# --------------------------------------------------------------------------------------------
 # response encoding
 
 
@@ -960,8 +918,8 @@ def test_encode_error_from_message_and_exception():
     assert status == 500 and json.loads(body) == {"error": "kaput"}
 
 
-def test_json_response_body():
-    body = json_response_body({"name": "triton", "v": [1, 2], "n": np.int64(3)})
+def test_json_documents_are_compact():
+    body = json_dumps({"name": "triton", "v": [1, 2], "n": np.int64(3)})
     assert body == b'{"name":"triton","v":[1,2],"n":3}'
 
 

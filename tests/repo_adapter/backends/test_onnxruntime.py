@@ -15,7 +15,7 @@ from repo_adapter.backends import backend_class
 from repo_adapter.backends.base import InstanceSpec, ModelVersion
 from repo_adapter.backends.onnxruntime import OnnxRuntimeBackend
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
-from repo_adapter.inference import InferRequest, InferTensor
+from repo_adapter.inference_types import InferRequest, InferTensor
 from repo_adapter.repository import scan_repository
 
 MLP_SIZES = (8, 16, 4)

@@ -18,7 +18,7 @@ from repo_adapter.backends.base import InstanceSpec, ModelVersion
 from repo_adapter.backends.python import PythonBackend
 from repo_adapter.config import config_to_json_text
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
-from repo_adapter.inference import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from repo_adapter.python_backend import set_bls_dispatcher
 from repo_adapter.python_backend.inference import from_infer_request
 from repo_adapter.repository import scan_model, scan_repository

@@ -18,7 +18,7 @@ from repo_adapter.backends import backend_class
 from repo_adapter.backends.base import InstanceSpec
 from repo_adapter.backends.pytorch import PyTorchBackend
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
-from repo_adapter.inference import InferRequest, InferTensor
+from repo_adapter.inference_types import InferRequest, InferTensor
 from repo_adapter.repository import scan_repository
 
 IMAGE = (3, 8, 8)

@@ -1,0 +1,23 @@
+"""The server application's deployment (route ``/``): the server-wide HTTP routes."""
+
+from __future__ import annotations
+
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+
+from deployments.apps.handles import ModelHandles
+from deployments.core.server_core import ServerCore, ServerSpec
+from deployments.http.server_routes import ServerHttpEndpoints
+
+
+@serve.deployment
+class TritonServer:
+    """Answers the server-wide part of Triton's HTTP protocol from one replica."""
+
+    def __init__(self, spec: ServerSpec) -> None:
+        self.core = ServerCore(spec, ModelHandles())
+        self._http = ServerHttpEndpoints(self.core)
+
+    async def __call__(self, request: Request) -> Response:
+        return await self._http.handle(request)

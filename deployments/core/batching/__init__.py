@@ -1,0 +1,12 @@
+"""Triton's dynamic batching, Ray-free.
+
+``policy`` turns a model config into batching rules, ``queue`` holds admitted requests and
+forms batches exactly as Triton's dynamic batcher does, ``batcher`` runs them on one executor
+per model instance behind an admission stage it is given (``@serve.batch`` in a replica:
+:mod:`deployments.apps.batch_admission`).
+"""
+
+from deployments.core.batching.batcher import AdmissionFactory, DynamicBatcher
+from deployments.core.batching.policy import BatchPolicy
+
+__all__ = ["AdmissionFactory", "BatchPolicy", "DynamicBatcher"]

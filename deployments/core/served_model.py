@@ -1,0 +1,91 @@
+"""What a served model offers every transport, and the helpers single models and ensembles share.
+
+:class:`ServedModel` is the whole interface between the transports (HTTP routes, the gRPC
+servicer, the Serve deployments) and a model: :class:`~deployments.core.single_model.
+SingleModel` and :class:`~deployments.core.ensemble_model.EnsembleModel` implement it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from deployments.core.classification import classify
+from repo_adapter.datatypes import config_to_protocol
+from repo_adapter.errors import InferenceServerError
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
+
+VersionState = dict[str, str]  # {"state": "READY" | "UNAVAILABLE", "reason": ...}
+
+
+class ServedModel(Protocol):
+    """One model (all its served versions) as Triton's protocol sees it.
+
+    ``version`` is the request's version string: ``""`` for the model's policy default.
+    Errors are :class:`InferenceServerError` with Triton's codes and messages.
+    """
+
+    name: str
+    config: mc.ModelConfig
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Validate, run, and answer with the requested outputs."""
+        ...
+
+    def metadata(self, version: str = "") -> dict[str, Any]:
+        """Triton's model metadata document."""
+        ...
+
+    def model_config(self, version: str = "") -> dict[str, Any]:
+        """The normalised configuration as ``/config`` renders it."""
+        ...
+
+    def is_ready(self, version: str = "") -> bool:
+        """Whether the model (or that version) can serve."""
+        ...
+
+    def state(self) -> dict[str, VersionState]:
+        """Per-version state for the repository index."""
+        ...
+
+    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+        """This process's statistics entries (Triton's statistics extension)."""
+        ...
+
+
+def model_metadata(config: mc.ModelConfig, versions: list[str]) -> dict[str, Any]:
+    """Triton's model metadata: shapes get a leading -1 when the model batches."""
+    batch_dims = [-1] if config.max_batch_size > 0 else []
+
+    def tensor(t) -> dict[str, Any]:
+        dims = batch_dims + [int(d) for d in t.dims]
+        return {"name": t.name, "datatype": config_to_protocol(t.data_type), "shape": dims}
+
+    return {
+        "name": config.name,
+        "versions": versions,
+        "platform": config.platform or config.backend,
+        "inputs": [tensor(t) for t in config.input],
+        "outputs": [tensor(t) for t in config.output],
+    }
+
+
+def select_outputs(
+    produced: Mapping[str, InferTensor],
+    requested: Sequence[RequestedOutput],
+    labels: Mapping[str, Sequence[str]],
+    batched: bool,
+    missing: Callable[[str], InferenceServerError],
+) -> list[InferTensor]:
+    """The requested outputs in request order, classified where ``class_count`` asks for it."""
+    selected = []
+    for wanted in requested:
+        tensor = produced.get(wanted.name)
+        if tensor is None:
+            raise missing(wanted.name)
+        if wanted.class_count > 0:
+            tensor = classify(tensor, wanted.class_count, labels.get(wanted.name), batched)
+        selected.append(tensor)
+    return selected

@@ -1,0 +1,221 @@
+"""One model with all its served versions: a :class:`ServedModel`, Ray-free.
+
+The model's Serve deployment hosts one per replica; the HTTP routes and (through the
+deployment) gRPC, ensembles and the server call it: metadata, config, readiness, inference,
+statistics. Each version owns a backend instance and a :class:`DynamicBatcher`; loading
+failures are kept as the version's UNAVAILABLE reason instead of crashing the replica, as
+Triton keeps serving its other models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from deployments.core.batching import AdmissionFactory, BatchPolicy, DynamicBatcher
+from deployments.core.served_model import model_metadata, select_outputs
+from deployments.core.statistics import VersionStatistics
+from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, backend_class
+from repo_adapter.config import config_to_json_dict
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+from repo_adapter.request_validation import RequestValidator, model_not_found, reshaped
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VersionRunner:
+    """A loaded version: its backend instance, batcher and statistics."""
+
+    version: int
+    backend: Backend
+    batcher: DynamicBatcher
+    statistics: VersionStatistics
+
+
+class SingleModel:
+    """Serves every selected version of one model from this process (a ``ServedModel``)."""
+
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        model_dir: Path,
+        versions: Sequence[int],
+        labels: dict[str, list[str]],
+        instance: InstanceSpec,
+        admission: AdmissionFactory | None = None,
+    ) -> None:
+        """Load ``versions`` of the model in ``model_dir`` as ``instance``.
+
+        ``admission`` is the batcher's admission stage (``@serve.batch`` in a replica; None
+        sends requests straight to the batch queue).
+        """
+        self.config = config
+        self.name = config.name
+        self.labels = labels
+        self._config_json = config_to_json_dict(config)
+        self._validator = RequestValidator(config)
+        # Outputs with a reshape: backends may produce the reshape shape (as Triton's Python
+        # backend models do); clients always see the configured dims.
+        self._output_reshapes = {t.name: t for t in config.output if t.HasField("reshape")}
+        self._policy = BatchPolicy.from_config(config)
+        self._batching = config.max_batch_size > 0
+        self.runners: dict[int, VersionRunner] = {}
+        self.errors: dict[int, str] = {}
+        self._admission = admission
+        for version in versions:
+            self._load_version(ModelVersion(self.name, version, config, model_dir), instance)
+
+    def _load_version(self, model: ModelVersion, instance: InstanceSpec) -> None:
+        try:
+            backend = backend_class(model.config.backend)(model, instance)
+            backend.load()
+        except InferenceServerError as err:
+            self.errors[model.version] = err.message
+            logger.error("failed to load '%s' version %d: %s", self.name, model.version, err)
+            return
+        except Exception as err:  # any exception from user or framework code
+            self.errors[model.version] = f"{type(err).__name__}: {err}"
+            logger.exception("failed to load '%s' version %d", self.name, model.version)
+            return
+        statistics = VersionStatistics(self.name, str(model.version))
+        batcher = DynamicBatcher(
+            f"{self.name}_{model.version}",
+            self._policy,
+            backend.execute,
+            statistics,
+            self._admission,
+        )
+        self.runners[model.version] = VersionRunner(model.version, backend, batcher, statistics)
+
+    # ------------------------------------------------------------------ lookups
+
+    @property
+    def ready_versions(self) -> list[int]:
+        return sorted(self.runners)
+
+    def is_ready(self, version: str = "") -> bool:
+        if not version:
+            return bool(self.runners)
+        return version.isdigit() and int(version) in self.runners
+
+    def _runner(self, version: str) -> VersionRunner:
+        if not version:
+            if not self.runners:
+                raise self._unavailable()
+            return self.runners[max(self.runners)]
+        if version.isdigit() and int(version) in self.runners:
+            return self.runners[int(version)]
+        if version.isdigit() and int(version) in self.errors:
+            raise self._unavailable(int(version))
+        raise model_not_found(self.name, version)
+
+    def _unavailable(self, version: int | None = None) -> InferenceServerError:
+        reasons = [self.errors[version]] if version is not None else list(self.errors.values())
+        reason = "; ".join(reasons) or "no version is loaded"
+        return InferenceServerError(
+            f"Request for unknown model: '{self.name}' is not ready: {reason}",
+            StatusCode.UNAVAILABLE,
+        )
+
+    def state(self) -> dict[str, Any]:
+        """Per-version state for the repository index: READY or UNAVAILABLE with reason."""
+        states = {str(v): {"state": "READY", "reason": ""} for v in self.runners}
+        states |= {str(v): {"state": "UNAVAILABLE", "reason": r} for v, r in self.errors.items()}
+        return states
+
+    # ------------------------------------------------------------------ protocol API
+
+    def metadata(self, version: str = "") -> dict[str, Any]:
+        """Triton's model metadata (``GET /v2/models/{m}[/versions/{v}]``)."""
+        if version:
+            self._runner(version)
+            versions = [version]
+        else:
+            if not self.runners:
+                raise self._unavailable()
+            versions = [str(v) for v in self.ready_versions]
+        return model_metadata(self.config, versions)
+
+    def model_config(self, version: str = "") -> dict[str, Any]:
+        """The normalised config as ``/config`` renders it."""
+        self._runner(version)
+        return self._config_json
+
+    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+        """Statistics JSON entries of the ready versions (or of ``version``)."""
+        if not self.runners:
+            raise InferenceServerError(
+                f"requested model '{self.name}' is not available", StatusCode.INVALID_ARG
+            )
+        if version:
+            if not (version.isdigit() and int(version) in self.runners):
+                raise InferenceServerError(
+                    f"requested model version is not available for model '{self.name}'",
+                    StatusCode.INVALID_ARG,
+                )
+            return [self.runners[int(version)].statistics.to_json()]
+        return [self.runners[v].statistics.to_json() for v in self.ready_versions]
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Validate, queue, execute; returns only the requested outputs, classified if asked."""
+        runner = self._runner(request.model_version)
+        rows = self._validator.normalize(request)  # validates and applies input reshapes
+        response = await runner.batcher.submit(request, rows)
+        self._reshape_outputs(response)
+        response.model_name = self.name
+        response.model_version = str(runner.version)
+        response.id = request.id
+        return self._select_outputs(request, response)
+
+    def _reshape_outputs(self, response: InferResponse) -> None:
+        """Core ``Output::Reshape``: report outputs with a ``reshape`` in their config dims."""
+        for index, tensor in enumerate(response.outputs):
+            config = self._output_reshapes.get(tensor.name)
+            if config is None:
+                continue
+            batch = tensor.shape[:1] if self._batching else ()
+            item_shape = tensor.shape[len(batch) :]
+            if _matches(item_shape, config.dims):
+                continue  # the backend already produced the configured dims
+            if len(item_shape) != len(config.reshape.shape):
+                raise InferenceServerError(
+                    f"output '{tensor.name}' of model '{self.name}' has shape "
+                    f"{list(tensor.shape)}, which matches neither its dims nor its reshape",
+                    StatusCode.INTERNAL,
+                )
+            shape = batch + reshaped(item_shape, config.reshape.shape, config.dims)
+            response.outputs[index] = InferTensor(
+                tensor.name, tensor.datatype, tensor.data.reshape(shape), tensor.parameters
+            )
+
+    def _select_outputs(self, request: InferRequest, response: InferResponse) -> InferResponse:
+        if not request.outputs:
+            return response
+        response.outputs = select_outputs(
+            {tensor.name: tensor for tensor in response.outputs},
+            request.outputs,
+            self.labels,
+            self._batching,
+            lambda name: InferenceServerError(
+                f"output '{name}' was not produced by model '{self.name}'", StatusCode.INTERNAL
+            ),
+        )
+        return response
+
+    async def close(self) -> None:
+        for runner in self.runners.values():
+            await runner.batcher.close()
+            runner.backend.unload()
+        self.runners.clear()
+
+
+def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
+    """Whether ``shape`` fits config ``dims`` (``-1`` matches any size)."""
+    return len(shape) == len(dims) and all(d in (-1, s) for s, d in zip(shape, dims, strict=True))

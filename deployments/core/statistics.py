@@ -1,0 +1,175 @@
+"""Per-model-version inference statistics in the shape of Triton's statistics extension.
+
+Counts follow Triton: ``success`` counts requests, ``inference_count`` rows,
+``execution_count`` executions, ``queue.count == success.count``; durations are
+cumulative nanoseconds. One recorder lives in each replica; the server sums replicas.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from repo_adapter.inference_types import ComputeTimes
+
+_INFERENCE_STAT_KEYS = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+
+_COMPUTE_KEYS = ("compute_input", "compute_infer", "compute_output")
+
+
+@dataclass
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def to_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """One request of an execution: when it arrived, its rows, whether it failed."""
+
+    arrival_ns: int
+    rows: int
+    failed: bool
+
+
+@dataclass
+class ExecutionTiming:
+    """Nanosecond timestamps of one execution (monotonic clock)."""
+
+    start_ns: int
+    infer_start_ns: int
+    infer_end_ns: int
+    end_ns: int
+
+    @property
+    def compute(self) -> ComputeTimes:
+        return ComputeTimes(
+            self.infer_start_ns - self.start_ns,
+            self.infer_end_ns - self.infer_start_ns,
+            self.end_ns - self.infer_end_ns,
+        )
+
+
+class VersionStatistics:
+    """Statistics of one model version in one replica."""
+
+    def __init__(self, name: str, version: str) -> None:
+        self.name = name
+        self.version = version
+        self.last_inference_ms = 0
+        self.inference_count = 0
+        self.execution_count = 0
+        self.durations = {key: Duration() for key in _INFERENCE_STAT_KEYS}
+        self.batch_stats: dict[int, BatchStats] = {}
+
+    def record_execution(self, timing: ExecutionTiming, requests: list[RequestOutcome]) -> None:
+        """Record one batch execution of ``requests``."""
+        self.record_composed(timing.start_ns, timing.end_ns, timing.compute, requests)
+
+    def record_composed(
+        self, start_ns: int, end_ns: int, compute: ComputeTimes, requests: list[RequestOutcome]
+    ) -> None:
+        """Record one execution from ``start_ns`` to ``end_ns`` whose compute phases took
+        ``compute``: a batch's own timestamps, or an ensemble's sums over its members."""
+        self.execution_count += 1
+        self.last_inference_ms = int(time.time() * 1000)
+        batch = self.batch_stats.setdefault(sum(r.rows for r in requests), BatchStats())
+        batch.compute_input.add(compute.input_ns)
+        batch.compute_infer.add(compute.infer_ns)
+        batch.compute_output.add(compute.output_ns)
+        for outcome in requests:
+            total_ns = end_ns - outcome.arrival_ns
+            if outcome.failed:
+                self.durations["fail"].add(total_ns)
+                continue
+            self.inference_count += outcome.rows
+            self.durations["success"].add(total_ns)
+            self.durations["queue"].add(start_ns - outcome.arrival_ns)
+            self.durations["compute_input"].add(compute.input_ns)
+            self.durations["compute_infer"].add(compute.infer_ns)
+            self.durations["compute_output"].add(compute.output_ns)
+
+    def record_failure(self, arrival_ns: int) -> None:
+        """A request that failed before execution (queue full, timeout, invalid)."""
+        self.durations["fail"].add(time.monotonic_ns() - arrival_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {k: d.to_json() for k, d in self.durations.items()},
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": stats.compute_input.to_json(),
+                    "compute_infer": stats.compute_infer.to_json(),
+                    "compute_output": stats.compute_output.to_json(),
+                }
+                for size, stats in sorted(self.batch_stats.items())
+            ],
+            "memory_usage": [],
+        }
+
+
+def merge_statistics(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sum the statistics JSON of the same model version from several replicas."""
+    merged = {**entries[0]}
+    merged["inference_stats"] = {
+        key: {
+            "count": sum(e["inference_stats"][key]["count"] for e in entries),
+            "ns": sum(e["inference_stats"][key]["ns"] for e in entries),
+        }
+        for key in _INFERENCE_STAT_KEYS
+    }
+    for key in ("inference_count", "execution_count"):
+        merged[key] = sum(e[key] for e in entries)
+    merged["last_inference"] = max(e["last_inference"] for e in entries)
+    sizes: dict[int, dict[str, Any]] = {}
+    for entry in entries:
+        for batch in entry["batch_stats"]:
+            target = sizes.setdefault(
+                batch["batch_size"],
+                {"batch_size": batch["batch_size"]}
+                | {k: {"count": 0, "ns": 0} for k in _COMPUTE_KEYS},
+            )
+            for key in _COMPUTE_KEYS:
+                target[key]["count"] += batch[key]["count"]
+                target[key]["ns"] += batch[key]["ns"]
+    merged["batch_stats"] = [sizes[s] for s in sorted(sizes)]
+    return merged
+
+
+def merge_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Entries of many replicas (and models) -> one merged entry per model version."""
+    by_version: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for entry in entries:
+        by_version.setdefault((entry["name"], entry["version"]), []).append(entry)
+    return [merge_statistics(group) for group in by_version.values()]

@@ -1,0 +1,81 @@
+"""HTTP routes of the server as a whole (route ``/``), answered from :class:`ServerCore`.
+
+Everything under ``/v2/models/<name>`` for a deployed model goes straight to that model's
+application (:mod:`deployments.http.model_routes`); these routes answer the server-wide paths
+and every model path the proxy could not route (unknown models, models that failed to scan),
+with Triton's errors.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from deployments.core.server_core import ServerCore
+from deployments.http.responses import (
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND,
+    empty_response,
+    error_response,
+    get_only,
+    json_response,
+)
+from deployments.http.wire import json_loads
+from repo_adapter.errors import InferenceServerError
+
+
+class ServerHttpEndpoints:
+    """Dispatches one server-wide HTTP request to :class:`ServerCore`."""
+
+    def __init__(self, core: ServerCore) -> None:
+        self.core = core
+
+    async def handle(self, request: Request) -> Response:
+        path = request.url.path.rstrip("/") or "/"
+        method = request.method
+        core = self.core
+        try:
+            if path == "/v2":
+                return get_only(method) or json_response(core.server_metadata())
+            if path == "/v2/health/live":
+                return get_only(method) or empty_response(200)
+            if path == "/v2/health/ready":
+                ready = await core.server_ready()
+                return get_only(method) or empty_response(200 if ready else 400)
+            if path == "/v2/models/stats":
+                return get_only(method) or json_response(
+                    {"model_stats": await core.all_statistics()}
+                )
+            if path.startswith("/v2/repository/"):
+                return await self._repository(path, method, request)
+            if path.startswith("/v2/models/"):
+                return self._unrouted_model(path)
+        except InferenceServerError as err:
+            return error_response(err)
+        return json_response(NOT_FOUND, 404)
+
+    async def _repository(self, path: str, method: str, request: Request) -> Response:
+        if method != "POST":
+            return json_response(METHOD_NOT_ALLOWED, 405)
+        if path == "/v2/repository/index" or (path.endswith("/index") and path.count("/") == 4):
+            body = await request.body()
+            ready_only = False
+            if body:
+                try:
+                    ready_only = bool(json_loads(body).get("ready", False))
+                except (ValueError, AttributeError):
+                    raise InferenceServerError("failed to parse the request JSON buffer") from None
+            return json_response(await self.core.repository_index(ready_only))
+        parts = path.split("/")
+        if len(parts) == 6 and parts[3] == "models" and parts[5] in ("load", "unload"):
+            raise self.core.model_control_error()
+        return json_response(NOT_FOUND, 404)
+
+    def _unrouted_model(self, path: str) -> Response:
+        parts = [p for p in path.split("/") if p]
+        model = parts[2] if len(parts) > 2 else ""
+        version = parts[4] if len(parts) > 4 and parts[3] == "versions" else ""
+        action = parts[-1] if len(parts) in (4, 6) else ""
+        if action == "ready" and model in self.core.spec.unavailable:
+            return json_response({"error": "Model version not ready"}, 400)
+        return error_response(self.core.undeployed_model_error(model, version, action))

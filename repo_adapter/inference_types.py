@@ -1,0 +1,116 @@
+"""Transport-neutral inference request and response types.
+
+Both the HTTP and the gRPC frontends decode into these and encode from them; model
+deployments and backends see nothing else. Tensors are numpy arrays end to end (BYTES
+tensors are numpy object arrays of ``bytes``), never Python lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Request parameters Triton's frontend consumes itself rather than handing them to the model as
+# parameters. They stay in InferRequest.parameters (priority, timeout, ... are read from there);
+# whatever exposes parameters to model code should leave these out.
+RESERVED_REQUEST_PARAMETERS = frozenset(
+    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
+)
+
+
+@dataclass
+class InferTensor:
+    """A named tensor with its protocol datatype (``"FP32"``, ``"BYTES"``, ...)."""
+
+    name: str
+    datatype: str
+    data: np.ndarray
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+
+@dataclass
+class RequestedOutput:
+    """An output the client asked for, with its per-output parameters.
+
+    ``binary_data`` is None when the client did not say (the transport decides).
+    ``class_count`` > 0 asks for the classification extension.
+    """
+
+    name: str
+    binary_data: bool | None = None
+    class_count: int = 0
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class InferRequest:
+    """One client inference request, already decoded from its transport."""
+
+    model_name: str
+    inputs: list[InferTensor]
+    model_version: str = ""
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: list[RequestedOutput] = field(default_factory=list)
+
+    def input(self, name: str) -> InferTensor | None:
+        for tensor in self.inputs:
+            if tensor.name == name:
+                return tensor
+        return None
+
+    @property
+    def priority(self) -> int:
+        return int(self.parameters.get("priority", 0) or 0)
+
+    @property
+    def timeout_us(self) -> int:
+        return int(self.parameters.get("timeout", 0) or 0)
+
+
+@dataclass(frozen=True)
+class ComputeTimes:
+    """Nanoseconds one response spent in its model's compute phases (Triton's statistics).
+
+    The serving side attaches them to each response so that an ensemble can report the sums
+    of its members' compute times, as Triton's ensemble scheduler does.
+    """
+
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+    def __add__(self, other: ComputeTimes) -> ComputeTimes:
+        return ComputeTimes(
+            self.input_ns + other.input_ns,
+            self.infer_ns + other.infer_ns,
+            self.output_ns + other.output_ns,
+        )
+
+
+@dataclass
+class InferResponse:
+    """The result of one request: outputs in the order they should be returned.
+
+    ``compute`` is server-side bookkeeping (never sent to clients): the compute times of the
+    execution that produced the response, when it came through a model's batcher.
+    """
+
+    model_name: str
+    model_version: str
+    outputs: list[InferTensor]
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    compute: ComputeTimes | None = None
+
+    def output(self, name: str) -> InferTensor | None:
+        for tensor in self.outputs:
+            if tensor.name == name:
+                return tensor
+        return None

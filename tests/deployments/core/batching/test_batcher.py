@@ -1,0 +1,190 @@
+"""DynamicBatcher without Ray: queue policy, batch formation, failures, statistics, close."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from deployments.core.batching import BatchPolicy, DynamicBatcher
+from deployments.core.statistics import VersionStatistics
+from repo_adapter.config import normalize_config, parse_config_text
+from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+
+
+def policy(batching: str = "dynamic_batching { }", max_batch_size: int = 8) -> BatchPolicy:
+    config = parse_config_text(
+        f'name: "m" backend: "python" max_batch_size: {max_batch_size} '
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ] '
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ] ' + batching,
+        "test",
+    )
+    normalize_config(config)
+    return BatchPolicy.from_config(config)
+
+
+def request(rows: int, **parameters) -> InferRequest:
+    data = np.arange(rows, dtype=np.float32).reshape(rows, 1)
+    return InferRequest("m", [InferTensor("X", "FP32", data)], parameters=parameters)
+
+
+class Model:
+    """An execute function that records the rows of every execution and answers Y = X."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.executions: list[list[int]] = []
+        self.delay_s = delay_s
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def execute(self, requests):
+        self.executions.append([r.inputs[0].data.shape[0] for r in requests])
+        await self.release.wait()
+        await asyncio.sleep(self.delay_s)
+        return [
+            InferResponse("m", "1", [InferTensor("Y", "FP32", r.inputs[0].data)]) for r in requests
+        ]
+
+
+def batcher(model: Model, batch_policy: BatchPolicy) -> tuple[DynamicBatcher, VersionStatistics]:
+    statistics = VersionStatistics("m", "1")
+    return DynamicBatcher("m_1", batch_policy, model.execute, statistics), statistics
+
+
+async def test_requests_queued_behind_a_busy_instance_are_merged_up_to_the_row_budget():
+    model = Model()
+    model.release.clear()
+    run, statistics = batcher(model, policy())
+    first = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0.01)  # the instance is now busy with the first request
+    rest = [asyncio.ensure_future(run.submit(request(r), r)) for r in (3, 4, 2)]
+    await asyncio.sleep(0.01)
+    model.release.set()
+    responses = await asyncio.gather(first, *rest)
+    assert model.executions == [[1], [3, 4], [2]]  # 3 + 4 + 2 would exceed 8 rows
+    for rows, response in zip((1, 3, 4, 2), responses, strict=True):
+        assert response.outputs[0].data.shape == (rows, 1)
+        assert response.compute is not None and response.compute.infer_ns > 0
+    stats = statistics.to_json()
+    assert stats["execution_count"] == 3 and stats["inference_count"] == 10
+    assert stats["inference_stats"]["success"]["count"] == 4
+    await run.close()
+
+
+async def test_models_without_dynamic_batching_run_one_request_at_a_time():
+    model = Model()
+    model.release.clear()
+    run, _ = batcher(model, policy(batching=""))
+    tasks = [asyncio.ensure_future(run.submit(request(1), 1)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    model.release.set()
+    await asyncio.gather(*tasks)
+    assert model.executions == [[1], [1], [1]]
+    await run.close()
+
+
+async def test_a_full_queue_rejects_with_unavailable():
+    model = Model()
+    model.release.clear()
+    run, statistics = batcher(
+        model, policy("dynamic_batching { default_queue_policy { max_queue_size: 1 } }")
+    )
+    busy = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0.01)
+    queued = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0)
+    with pytest.raises(InferenceServerError, match="Exceeds maximum queue size") as err:
+        await run.submit(request(1), 1)
+    assert err.value.code == StatusCode.UNAVAILABLE
+    model.release.set()
+    await asyncio.gather(busy, queued)
+    assert statistics.to_json()["inference_stats"]["fail"]["count"] == 1
+    await run.close()
+
+
+async def test_a_failing_execution_fails_its_batch_and_not_the_next():
+    calls = []
+
+    async def execute(requests):
+        calls.append(len(requests))
+        if len(calls) == 1:
+            raise RuntimeError("backend bug")
+        return [InferResponse("m", "1", []) for _ in requests]
+
+    statistics = VersionStatistics("m", "1")
+    run = DynamicBatcher("m_1", policy(), execute, statistics)
+    with pytest.raises(InferenceServerError, match="backend bug") as err:
+        await run.submit(request(1), 1)
+    assert err.value.code == StatusCode.INTERNAL
+    await run.submit(request(1), 1)
+    stats = statistics.to_json()["inference_stats"]
+    assert stats["fail"]["count"] == 1 and stats["success"]["count"] == 1
+    await run.close()
+
+
+async def test_a_model_error_response_fails_the_request_but_counts_as_success():
+    async def execute(requests):
+        return [ModelResponseError("negative input", StatusCode.INVALID_ARG) for _ in requests]
+
+    statistics = VersionStatistics("m", "1")
+    run = DynamicBatcher("m_1", policy(), execute, statistics)
+    with pytest.raises(ModelResponseError, match="negative input"):
+        await run.submit(request(1), 1)
+    assert statistics.to_json()["inference_stats"]["success"]["count"] == 1
+    await run.close()
+
+
+async def test_queue_timeouts_reject_waiting_requests():
+    model = Model()
+    model.release.clear()
+    run, _ = batcher(
+        model,
+        policy(
+            "dynamic_batching { default_queue_policy { default_timeout_microseconds: 1000 "
+            "timeout_action: REJECT } }"
+        ),
+    )
+    busy = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0.01)
+    waiting = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0.01)  # past its 1 ms queue timeout while the instance is busy
+    model.release.set()
+    await busy
+    with pytest.raises(InferenceServerError, match="timeout"):
+        await waiting
+    await run.close()
+
+
+async def test_admission_stage_sees_every_request_before_the_queue():
+    admitted = []
+
+    def admission(name, batch_policy, enqueue):
+        async def admit(item):
+            admitted.append((name, item.rows))
+            enqueue([item])
+
+        return admit
+
+    model = Model()
+    statistics = VersionStatistics("m", "1")
+    run = DynamicBatcher("m_1", policy(), model.execute, statistics, admission)
+    await run.submit(request(2), 2)
+    assert admitted == [("m_1", 2)]
+    await run.close()
+
+
+async def test_close_fails_what_is_still_queued():
+    model = Model()
+    model.release.clear()
+    run, _ = batcher(model, policy())
+    busy = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0.01)
+    queued = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0.01)
+    await run.close()
+    with pytest.raises(InferenceServerError, match="unloading") as err:
+        await queued
+    assert err.value.code == StatusCode.UNAVAILABLE
+    busy.cancel()

@@ -1,0 +1,126 @@
+"""SingleModel without Ray: versions, validation, batching, reshapes, outputs, statistics.
+
+Real backends on real model files (the python backend on the test repository), the real
+Ray-free batcher; only the ``@serve.batch`` admission stage is absent (it needs a replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deployments.core.single_model import SingleModel
+from repo_adapter.backends import InstanceSpec
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import InferRequest, InferTensor, RequestedOutput
+from repo_adapter.python_backend import set_bls_dispatcher
+from repo_adapter.repository import scan_model
+
+REPOSITORY = Path(__file__).parents[1] / "model_repository"
+PYTHON_MODELS = Path(__file__).parents[2] / "repo_adapter" / "backends" / "python_models"
+
+
+def load(model_dir: Path, versions: list[int] | None = None) -> SingleModel:
+    scanned = scan_model(model_dir)
+    assert scanned.available, scanned.error
+    return SingleModel(
+        scanned.config,
+        model_dir,
+        versions or scanned.versions,
+        scanned.labels,
+        InstanceSpec.cpu(scanned.name),
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_dispatcher():
+    set_bls_dispatcher(None)
+    yield
+    set_bls_dispatcher(None)
+
+
+@pytest.fixture
+def recorder():
+    model = load(REPOSITORY / "batch_recorder")
+    yield model
+    asyncio.run(model.close())
+
+
+def rows_request(rows: int, value: float = 1.0, outputs: list[str] | None = None) -> InferRequest:
+    data = np.full((rows, 2), value, np.float32)
+    return InferRequest(
+        "batch_recorder",
+        [InferTensor("IN", "FP32", data)],
+        outputs=[RequestedOutput(name) for name in outputs or []],
+    )
+
+
+async def test_concurrent_requests_share_executions_up_to_max_batch_size(recorder):
+    responses = await asyncio.gather(*(recorder.infer(rows_request(3, i)) for i in range(4)))
+    for i, response in enumerate(responses):
+        np.testing.assert_array_equal(response.output("OUT").data, np.full((3, 2), i))
+        assert response.model_name == "batch_recorder" and response.model_version == "1"
+    # 4 requests of 3 rows, max_batch_size 8: never more than 2 requests (6 rows) per execution.
+    rows = [int(r.output("BATCH_ROWS").data[0, 0]) for r in responses]
+    assert max(rows) <= 8 and max(rows) > 3  # batched, within the row budget
+    stats = recorder.statistics()[0]
+    assert stats["inference_count"] == 12 and stats["inference_stats"]["success"]["count"] == 4
+    assert stats["execution_count"] < 4
+
+
+async def test_requested_outputs_only_in_request_order(recorder):
+    response = await recorder.infer(rows_request(1, outputs=["BATCH_REQUESTS", "OUT"]))
+    assert [t.name for t in response.outputs] == ["BATCH_REQUESTS", "OUT"]
+
+
+async def test_invalid_requests_fail_before_the_queue(recorder):
+    bad_shape = InferRequest("batch_recorder", [InferTensor("IN", "FP32", np.zeros((1, 3)))])
+    with pytest.raises(InferenceServerError) as err:
+        await recorder.infer(bad_shape)
+    assert err.value.code == StatusCode.INVALID_ARG
+    with pytest.raises(InferenceServerError, match="batch-size must be <= 8"):
+        await recorder.infer(rows_request(9))
+    assert recorder.statistics()[0]["execution_count"] == 0
+
+
+async def test_unknown_version_is_not_found(recorder):
+    request = rows_request(1)
+    request.model_version = "7"
+    with pytest.raises(InferenceServerError) as err:
+        await recorder.infer(request)
+    assert err.value.code == StatusCode.NOT_FOUND
+    assert not recorder.is_ready("7") and recorder.is_ready("1") and recorder.is_ready()
+
+
+def test_metadata_config_and_state(recorder):
+    metadata = recorder.metadata()
+    assert metadata["versions"] == ["1"]
+    assert metadata["inputs"] == [{"name": "IN", "datatype": "FP32", "shape": [-1, 2]}]
+    assert recorder.model_config()["max_batch_size"] == 8
+    assert recorder.state() == {"1": {"state": "READY", "reason": ""}}
+
+
+async def test_a_version_that_fails_to_load_is_unavailable_with_its_reason(tmp_path):
+    model_dir = tmp_path / "init_raises"
+    shutil.copytree(PYTHON_MODELS / "init_raises", model_dir)
+    model = load(model_dir)
+    try:
+        assert not model.is_ready()
+        state = model.state()["1"]
+        assert state["state"] == "UNAVAILABLE" and state["reason"]
+        with pytest.raises(InferenceServerError) as err:
+            await model.infer(InferRequest("init_raises", []))
+        assert err.value.code == StatusCode.UNAVAILABLE
+        with pytest.raises(InferenceServerError, match="is not available"):
+            model.statistics()
+    finally:
+        await model.close()
+
+
+async def test_close_unloads_every_version(recorder):
+    await recorder.close()
+    assert not recorder.is_ready()

@@ -1,0 +1,99 @@
+"""Servers as child processes in their own session, stopped exactly: every pid of the session.
+
+Ray's HAProxy and worker processes can outlive a server's own shutdown; a server started in
+a new session can be ended completely without touching anything else on the machine.
+
+Servers start with SIGINT and SIGQUIT at their default action, as from a terminal. A test
+run launched in the background by a non-interactive shell (``make test &``, a CI runner)
+inherits both as *ignored*, and an ignored disposition survives ``exec``: ``serve run`` then
+never sees the Ctrl-C it is sent and never shuts down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+
+def default_signals() -> None:
+    """``preexec_fn``: SIGINT and SIGQUIT back to their default action in the child."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+def start_session(command: list[str], **popen_kwargs) -> subprocess.Popen:
+    """``command`` in a new process session, with default signal actions (see above)."""
+    return subprocess.Popen(
+        command, start_new_session=True, preexec_fn=default_signals, **popen_kwargs
+    )
+
+
+def stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` from the state on (field 3 of proc(5) is index 0).
+
+    Raises OSError when the process is gone.
+    """
+    # The command name (field 2) may hold spaces and parentheses: split after its last ")".
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live pids of process session ``sid`` (read from /proc; zombies excluded)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = stat_fields(int(entry.name))
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+class ServerProcess:
+    """A server command started in a new session; ``stop()`` ends the whole session."""
+
+    def __init__(self, command: list[str], log_path: Path, env: dict[str, str] | None = None):
+        self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.process = start_session(
+            command,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})},
+        )
+
+    def wait_http(self, url: str, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with {self.process.returncode}; see {self.log.name}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise TimeoutError(f"{url} not ready after {timeout_s} s; see {self.log.name}")
+
+    def stop(self, timeout_s: float = 60) -> None:
+        sid = self.process.pid
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=timeout_s)
+        deadline = time.monotonic() + 20
+        while session_pids(sid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for pid in session_pids(sid):
+            os.kill(pid, signal.SIGKILL)
+        self.log.close()
