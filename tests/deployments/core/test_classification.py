@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from deployments import classification
+from deployments.core import classification
 from deployments.core.classification import apply_classification, classify, top_k_indices
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferResponse, InferTensor, RequestedOutput
