@@ -10,9 +10,13 @@ FAST_INGRESS_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
 }
+# Serve's calls between replicas (gRPC frontend -> model, ensemble steps, BLS) travel over gRPC
+# in throughput mode, with a 4 MiB message limit by default; Triton clients send up to 2 GiB.
+# Read when a Serve process imports Serve: it must be in every replica's environment.
+REPLICA_MESSAGE_ENV = {"RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(2**31 - 1)}
 # Ray starts worker processes at niceness 15 (batch-job friendly); serving replicas and the
 # HAProxy they spawn must not lose the CPU to every other process on the node.
-SERVING_ENV = {"RAY_worker_niceness": "0"}
+SERVING_ENV = {"RAY_worker_niceness": "0", **REPLICA_MESSAGE_ENV}
 
 
 # A cluster this process starts has no load balancer in front that needs time to notice
@@ -38,11 +42,20 @@ def start_ray(
     for key, value in settings.items():
         os.environ.setdefault(key, value)
     if address:
-        context = ray.init(address=address, logging_level="WARNING")
+        # A joined cluster's workers do not inherit this environment; the job's runtime_env
+        # reaches the replicas this job deploys.
+        context = ray.init(
+            address=address,
+            logging_level="WARNING",
+            runtime_env={"env_vars": dict(REPLICA_MESSAGE_ENV)},
+        )
     else:
         for key, value in LOCAL_CLUSTER_ENV.items():
             os.environ.setdefault(key, value)
+        # "local": always a new cluster, never one that Ray's ray_current_cluster file (left by
+        # `ray start`, even a dead one) or RAY_ADDRESS points at.
         context = ray.init(
+            address="local",
             num_cpus=num_cpus or os.cpu_count(),
             include_dashboard=True,
             dashboard_host=host,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 
 import numpy as np
@@ -134,7 +135,7 @@ def tensor_from_bytes(
     buffer: bytes | memoryview, datatype: str, shape: tuple[int, ...]
 ) -> np.ndarray:
     """Numpy view of raw wire bytes (zero-copy for fixed-size types); validates the size."""
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = math.prod(shape)  # Python ints: a product past int64 cannot wrap around
     if datatype == "BYTES":
         return deserialize_bytes_tensor(buffer, count).reshape(shape)
     dtype = protocol_to_numpy(datatype)
@@ -154,7 +155,7 @@ def input_from_bytes(
     Fixed-size types come back as a read-only view over ``buffer`` (no copy).
     """
     if datatype != "BYTES":
-        expected = int(np.prod(shape, dtype=np.int64)) * protocol_to_numpy(datatype).itemsize
+        expected = math.prod(shape) * protocol_to_numpy(datatype).itemsize
         if len(buffer) != expected:
             raise InferenceServerError(
                 f"input byte size mismatch for input '{name}' for model '{model}'. "

@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from cluster.local import REPLICA_MESSAGE_ENV
 from deployments.apps.builders import AppPlan
 
 # Serve logs a line per request by default: measurable CPU on the request path.
@@ -27,6 +28,8 @@ def serve_config(
             "route_prefix": plan.route_prefix,
             "import_path": plan.import_path,
             "args": plan.args,
+            # Every replica of every application: tensors over 4 MiB between replicas.
+            "runtime_env": {"env_vars": dict(REPLICA_MESSAGE_ENV)},
         }
         if plan.deployment_options:
             app["deployments"] = [{"name": plan.deployment_name, **plan.deployment_options}]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -18,6 +21,8 @@ from deployments.cli import main
 from tests.deployments.test_serve_run import ready, wait_until
 from tests.support.ports import free_port
 from tests.support.processes import session_pids, start_session
+
+TEST_MODELS = Path(__file__).parent / "model_repository"
 
 
 def test_build_writes_a_serve_config_with_one_app_per_model(example_repository, tmp_path, capsys):
@@ -59,16 +64,32 @@ def test_build_without_grpc(example_repository, tmp_path):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM])
-def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, stop_signal):
+def test_serve_prints_endpoints_and_stops_without_orphans(
+    example_repository, tmp_path, stop_signal
+):
+    """Fast ingress as users run it: replicas talk over gRPC, so a 6 MiB tensor crosses hops.
+
+    Ray's temp dir holds a stale ``ray_current_cluster`` (as a dead ``ray start`` leaves it):
+    without ``--address`` rayton starts its own cluster anyway.
+    """
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: Ray's socket paths
+    (ray_tmp / "ray").mkdir()
+    (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{free_port()}")
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    for model in example_repository.iterdir():
+        if model.is_dir():
+            (repository / model.name).symlink_to(model)
+    (repository / "bytes_identity").symlink_to(TEST_MODELS / "bytes_identity")
     port, grpc_port = free_port(), free_port()
-    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=str(ray_tmp))
     env.pop("RAY_ADDRESS", None)
     server = start_session(
         [
             str(Path(sys.executable).parent / "rayton"),
             "serve",
             "--model-repository",
-            str(example_repository),
+            str(repository),
             "--http-port",
             str(port),
             "--grpc-port",
@@ -77,6 +98,8 @@ def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, st
             str(free_port()),
             "--load-model",
             "add_sub",
+            "--load-model",
+            "bytes_identity",
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -91,6 +114,10 @@ def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, st
             assert not client.is_model_ready("image_classifier_onnx")  # not loaded
         with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
             assert client.is_model_ready("add_sub")
+            big = np.array([[b"x" * (6 * 1024 * 1024)]], dtype=np.object_)  # > 4 MiB
+            inputs = [grpcclient.InferInput("IN", [1, 1], "BYTES")]
+            inputs[0].set_data_from_numpy(big)
+            assert client.infer("bytes_identity", inputs).as_numpy("OUT")[0, 0] == big[0, 0]
         server.send_signal(stop_signal)
         output, _ = server.communicate(timeout=120)
         assert f"http://127.0.0.1:{port}" in output
@@ -102,3 +129,4 @@ def test_serve_prints_endpoints_and_stops_without_orphans(example_repository, st
     finally:
         for pid in session_pids(server.pid):
             os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -183,6 +183,15 @@ def test_raw_contents_must_match_the_inputs_one_to_one():
     assert err.code is StatusCode.INVALID_ARG and "one entry per input" in str(err)
 
 
+def test_a_shape_whose_element_count_overflows_int64_is_a_size_mismatch():
+    for datatype in ("FP32", "BYTES"):
+        message = pb.ModelInferRequest(model_name="m")
+        message.inputs.add(name="A", datatype=datatype, shape=[2**32, 2**32])
+        message.raw_input_contents.append(b"")
+        err = error_of(lambda message=message: decode(message))
+        assert err.code is StatusCode.INVALID_ARG, err
+
+
 def test_input_errors_use_tritons_wording():
     wrong_size = client_request([infer_input("A", np.ones(2, np.float32), "FP32")])
     wrong_size.inputs[0].shape[:] = [3]
