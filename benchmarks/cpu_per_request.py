@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.models import write_repositories
-from benchmarks.run import start_system
+from benchmarks.run import parse_level, start_system
 from rayton_perf.config import PerfConfig
 from rayton_perf.runner import run_level
 from tests.support.processes import session_pids, stat_fields
@@ -86,12 +86,6 @@ async def measure_level(config: PerfConfig, concurrency: int, session_id: int) -
     }
     shares[CLIENT] = client_used * 1000 / requests
     return CpuShare(result.throughput, shares)
-
-
-def parse_level(text: str) -> tuple[str, int, int]:
-    """``model:concurrency[:rows]`` -> (model, concurrency, rows per request)."""
-    model, concurrency, *rows = text.split(":")
-    return model, int(concurrency), int(rows[0]) if rows else 1
 
 
 def render(results: dict[tuple[str, str], CpuShare]) -> str:

@@ -41,6 +41,12 @@ class Level:
         return f"{self.model} b={self.batch} c={self.concurrency}"
 
 
+def parse_level(text: str) -> tuple[str, int, int]:
+    """``model:concurrency[:rows]`` -> (model, concurrency, rows per request)."""
+    model, concurrency, *rows = text.split(":")
+    return model, int(concurrency), int(rows[0]) if rows else 1
+
+
 LEVELS = (
     Level("mlp", 1, 1),
     Level("mlp", 1, 16),
@@ -124,12 +130,17 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
 
 
 def measure_system(
-    name: str, repos: dict[str, Path], logs: Path, window_ms: int, warmup_s: float
+    name: str,
+    repos: dict[str, Path],
+    logs: Path,
+    window_ms: int,
+    warmup_s: float,
+    levels: tuple[Level, ...] = LEVELS,
 ) -> dict[Level, LevelResult]:
     system = start_system(name, repos, logs)
     results = {}
     try:
-        for level in LEVELS:
+        for level in levels:
             config = PerfConfig(
                 model_name=level.model,
                 url=system.url,
@@ -242,7 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, default=3.0)
     parser.add_argument("--systems", default="rayton,rayton-grpc,triton,handwritten")
     parser.add_argument("--output", default="BENCHMARKS.md")
+    parser.add_argument(
+        "--levels",
+        default=None,
+        help="model:concurrency[:rows per request], comma-separated (default: every level; "
+        "the report is written only for every level and system)",
+    )
     args = parser.parse_args(argv)
+    levels = LEVELS
+    if args.levels:
+        levels = tuple(Level(m, rows, c) for m, c, rows in map(parse_level, args.levels.split(",")))
     command = "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rayton-bench-") as tmp:
@@ -258,10 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(args.runs):
             print(f"run {run + 1}/{args.runs}", flush=True)
             for name in names:
-                measured = measure_system(name, repos, root, args.window_ms, args.warmup_s)
+                measured = measure_system(name, repos, root, args.window_ms, args.warmup_s, levels)
                 for level, result in measured.items():
                     systems[name].levels.setdefault(level, []).append(result)
-        if set(names) >= {"rayton", "triton", "handwritten"}:
+        if set(names) >= {"rayton", "triton", "handwritten"} and levels == LEVELS:
             report = render(systems, raw, args.runs, command, time.monotonic() - started)
             Path(args.output).write_text(report)
             print(report)
