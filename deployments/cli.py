@@ -12,6 +12,8 @@ from pathlib import Path
 from deployments.apps.builders import DEFAULT_GRPC_PORT, plan_applications
 from deployments.apps.serve_config import ACCESS_LOG_OFF, serve_config, write_serve_config
 
+_STATE_TIMEOUT_S = 30.0
+
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-host", default="127.0.0.1", help="HTTP bind address")
@@ -96,8 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve.run_many(targets, wait_for_applications_running=True)
 
     print("\nrayton is serving", args.model_repository)
-    for name, model in scanned.items():
-        state = "READY" if model.available else f"UNAVAILABLE: {model.error}"
+    for name, state in _served_states(scanned).items():
         print(f"  {name:32s} {state}")
     print(f"\n  HTTP (KServe v2 / Triton):  http://{args.http_host}:{args.http_port}")
     grpc = _grpc(args)
@@ -113,6 +114,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     ray.shutdown()
     return 0
+
+
+def _served_states(scanned: dict) -> dict[str, str]:
+    """Each model's state as its replicas report it (a failed load is not READY)."""
+    from ray import serve
+
+    states = {}
+    for name, model in scanned.items():
+        if not model.available:
+            states[name] = f"UNAVAILABLE: {model.error}"
+            continue
+        try:
+            handle = serve.get_deployment_handle(name, app_name=name)
+            versions = handle.state.remote().result(timeout_s=_STATE_TIMEOUT_S)
+        except Exception as err:  # the application failed or does not answer
+            states[name] = f"UNAVAILABLE: {type(err).__name__}: {err}"
+            continue
+        failed = [
+            f"version {version}: {state['reason']}"
+            for version, state in sorted(versions.items())
+            if state["state"] != "READY"
+        ]
+        states[name] = f"UNAVAILABLE: {'; '.join(failed)}" if failed else "READY"
+    return states
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ specs, and JSON reading/writing (orjson when installed, the standard library oth
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +75,31 @@ def json_loads(buffer: bytes | bytearray | memoryview | str) -> Any:
             pass  # NaN/Infinity or >64-bit integers: the stdlib accepts them, or words the error.
     if isinstance(buffer, (bytearray, memoryview)):
         buffer = bytes(buffer)
-    return json.loads(buffer)
+    document = json.loads(buffer)
+    if _SURROGATE_ESCAPE.search(
+        buffer if isinstance(buffer, bytes) else buffer.encode("utf-8", "surrogatepass")
+    ):
+        _reject_lone_surrogates(document)
+    return document
+
+
+# A \uD800-\uDFFF escape. Paired ones decode to one character; a lone one would leave a
+# string that cannot be written as UTF-8 (orjson refuses it, the stdlib lets it through).
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+
+
+def _reject_lone_surrogates(value: Any) -> None:
+    """ValueError, in rapidjson's words (Triton's parser), for any string with a lone surrogate."""
+    if isinstance(value, str):
+        if any("\ud800" <= char <= "\udfff" for char in value):
+            raise ValueError("The surrogate pair in string is invalid.")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _reject_lone_surrogates(key)
+            _reject_lone_surrogates(item)
+    elif isinstance(value, list):
+        for item in value:
+            _reject_lone_surrogates(item)
 
 
 def json_dumps(obj: Any, finite: bool = True) -> bytes:
@@ -94,7 +119,12 @@ def json_dumps(obj: Any, finite: bool = True) -> bytes:
 def _stdlib_json_dumps(obj: Any) -> bytes:
     # surrogateescape turns BYTES outputs decoded with it back into their original raw bytes.
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=_json_default)
-    return text.encode("utf-8", "surrogateescape")
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte: write it as \uXXXX
+        return json.dumps(
+            obj, ensure_ascii=True, separators=(",", ":"), default=_json_default
+        ).encode("ascii")
 
 
 def _json_default(value: Any) -> Any:

@@ -23,6 +23,15 @@ from tests.support.ports import free_port
 from tests.support.processes import session_pids, start_session
 
 TEST_MODELS = Path(__file__).parent / "model_repository"
+PYTHON_MODELS = Path(__file__).parents[1] / "repo_adapter" / "backends" / "python_models"
+
+
+def model_ready(url: str, model: str) -> bool:
+    try:
+        with httpclient.InferenceServerClient(url) as client:
+            return client.is_model_ready(model)
+    except Exception:
+        return False
 
 
 def test_build_writes_a_serve_config_with_one_app_per_model(example_repository, tmp_path, capsys):
@@ -81,6 +90,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         if model.is_dir():
             (repository / model.name).symlink_to(model)
     (repository / "bytes_identity").symlink_to(TEST_MODELS / "bytes_identity")
+    (repository / "init_raises").symlink_to(PYTHON_MODELS / "init_raises")
     port, grpc_port = free_port(), free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=str(ray_tmp))
     env.pop("RAY_ADDRESS", None)
@@ -100,6 +110,8 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             "add_sub",
             "--load-model",
             "bytes_identity",
+            "--load-model",
+            "init_raises",
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -108,9 +120,12 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
     )
     url = f"127.0.0.1:{port}"
     try:
-        assert wait_until(lambda: ready(url), 240), "rayton serve never became ready"
+        assert wait_until(
+            lambda: model_ready(url, "add_sub") and model_ready(url, "bytes_identity"), 240
+        ), "rayton serve never became ready"
+        assert not ready(url)  # strict readiness: init_raises failed to load
         with httpclient.InferenceServerClient(url) as client:
-            assert client.is_model_ready("add_sub")
+            assert not client.is_model_ready("init_raises")
             assert not client.is_model_ready("image_classifier_onnx")  # not loaded
         with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
             assert client.is_model_ready("add_sub")
@@ -123,6 +138,10 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         assert f"http://127.0.0.1:{port}" in output
         assert f"gRPC (Triton):              127.0.0.1:{grpc_port}" in output
         assert "Ray dashboard" in output
+        rows = [line.split(None, 1) for line in output.splitlines() if line.startswith("  ")]
+        table = {row[0]: row[1] for row in rows if len(row) == 2}
+        assert table["add_sub"] == "READY"
+        assert table["init_raises"].startswith("UNAVAILABLE: version 1: "), table
         assert wait_until(lambda: not session_pids(server.pid), 60), (
             f"processes left running: {session_pids(server.pid)}"
         )

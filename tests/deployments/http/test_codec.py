@@ -930,3 +930,26 @@ def test_compression_module_coding_parser():
     assert compression.response_coding("*") == "identity"
     assert compression.request_coding(" X-GZIP ") == "gzip"
     assert compression.compress_body(b"abc", "identity") == b"abc"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id":"\\ud800","inputs":[]}',
+        b'{"inputs":[{"name":"X","datatype":"\\udfff","shape":[1],"data":[NaN]}]}',
+        b'{"parameters":{"\\udc00":1},"inputs":[]}',
+    ],
+    ids=["id", "datatype-with-nan", "parameter-key"],
+)
+def test_lone_surrogate_escapes_are_refused_as_rapidjson_does(body):
+    with fails(StatusCode.INVALID_ARG, r"^failed to parse the request JSON buffer: The surrogate"):
+        decode(body, {})
+
+
+def test_paired_surrogate_escapes_are_one_character():
+    body = b'{"id":"\\ud83d\\ude00","inputs":[]}'
+    assert decode(body, {}).id == "\U0001f600"
+
+
+def test_json_documents_with_a_lone_surrogate_are_still_valid_json():
+    assert json.loads(json_dumps({"error": "bad \ud800"})) == {"error": "bad \ud800"}
