@@ -18,6 +18,7 @@ from starlette.responses import Response
 from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.apps.batch_admission import serve_batch_admission
+from deployments.apps.bls import install_bls
 from deployments.core.served_model import ServedModel, VersionState
 from deployments.core.single_model import SingleModel
 from deployments.core.statistics import merge_entries
@@ -127,6 +128,7 @@ class TritonModel(ServedModelDeployment):
     """Serves one model (all its selected versions) from each replica."""
 
     def __init__(self, spec: ModelSpec) -> None:
+        install_bls()  # before the backend loads: initialize() may make BLS calls already
         self.model = SingleModel(
             spec.config(),
             Path(spec.model_dir),

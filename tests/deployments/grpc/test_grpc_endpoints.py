@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -271,3 +272,20 @@ async def test_aio_client_infer_stream_and_batching(grpc_url):
 
         shared = await asyncio.gather(*(one(rows) for rows in [1, 3, 1, 2] * 6))
         assert max(shared) > 1  # concurrent gRPC requests reach the dynamic batcher together
+
+
+def test_bls_through_the_grpc_frontend_concurrently(grpc_url):
+    def send(value: float):
+        with grpcclient.InferenceServerClient(grpc_url) as client:
+            inputs = [
+                grpcclient.InferInput("IN", [1, 2], "FP32"),
+                grpcclient.InferInput("TARGET", [1, 1], "BYTES"),
+            ]
+            inputs[0].set_data_from_numpy(np.full((1, 2), value, np.float32))
+            inputs[1].set_data_from_numpy(np.array([[b"batch_recorder"]], dtype=np.object_))
+            result = client.infer("bls_forward", inputs)
+            np.testing.assert_array_equal(result.as_numpy("OUT"), np.full((1, 2), value))
+            return int(result.as_numpy("BATCH_REQUESTS")[0, 0])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert max(pool.map(send, range(16))) > 1

@@ -423,3 +423,36 @@ def test_statistics_sum_all_replicas(client):
     everything = client.get_inference_statistics()["model_stats"]
     (entry,) = [e for e in everything if e["name"] == "mlp_autocomplete"]
     assert entry["inference_stats"]["success"]["count"] == success
+
+
+@pytest.mark.parametrize("target", ["batch_recorder", "sync:batch_recorder"])
+def test_bls_reaches_the_target_deployment_and_batches_there(server, target):
+    """pb_utils BLS (async_exec, and exec from a thread) from a served python model."""
+
+    def send(value: float):
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            inputs = [
+                httpclient.InferInput("IN", [1, 2], "FP32"),
+                httpclient.InferInput("TARGET", [1, 1], "BYTES"),
+            ]
+            inputs[0].set_data_from_numpy(np.full((1, 2), value, np.float32))
+            inputs[1].set_data_from_numpy(np.array([[target.encode()]], dtype=np.object_))
+            result = client.infer("bls_forward", inputs)
+            np.testing.assert_array_equal(result.as_numpy("OUT"), np.full((1, 2), value))
+            assert result.as_numpy("TARGET_READY").tolist() == [[True]]
+            return int(result.as_numpy("BATCH_REQUESTS")[0, 0])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        batch_requests = list(pool.map(send, range(16)))
+    assert max(batch_requests) > 1  # concurrent BLS calls shared executions at the target
+
+
+def test_bls_to_an_unknown_model_is_the_models_error(client):
+    inputs = [
+        httpclient.InferInput("IN", [1, 2], "FP32"),
+        httpclient.InferInput("TARGET", [1, 1], "BYTES"),
+    ]
+    inputs[0].set_data_from_numpy(np.zeros((1, 2), np.float32))
+    inputs[1].set_data_from_numpy(np.array([[b"no_such_model"]], dtype=np.object_))
+    with pytest.raises(InferenceServerException, match=r"unknown model.*no_such_model"):
+        client.infer("bls_forward", inputs)
