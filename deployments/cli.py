@@ -9,10 +9,15 @@ import sys
 import threading
 from pathlib import Path
 
-from deployments.apps.builders import DEFAULT_GRPC_PORT, plan_applications
+from deployments.apps.builders import (
+    DEFAULT_GRPC_PORT,
+    SERVER_APP_NAME,
+    SERVER_DEPLOYMENT_NAME,
+    plan_applications,
+)
 from deployments.apps.serve_config import ACCESS_LOG_OFF, serve_config, write_serve_config
 
-_STATE_TIMEOUT_S = 30.0
+_INDEX_TIMEOUT_S = 60.0
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     models = _selected_models(args)
     if args.model_control_mode == "explicit" and models is None and not args.load_model:
         models = []
-    plans, scanned = plan_applications(
+    plans, _ = plan_applications(
         args.model_repository, models, args.model_control_mode, **_grpc(args)
     )
     serve.start(http_options={"host": args.http_host, "port": args.http_port})
@@ -98,7 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve.run_many(targets, wait_for_applications_running=True)
 
     print("\nrayton is serving", args.model_repository)
-    for name, state in _served_states(scanned).items():
+    for name, state in _served_states().items():
         print(f"  {name:32s} {state}")
     print(f"\n  HTTP (KServe v2 / Triton):  http://{args.http_host}:{args.http_port}")
     grpc = _grpc(args)
@@ -116,28 +121,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _served_states(scanned: dict) -> dict[str, str]:
-    """Each model's state as its replicas report it (a failed load is not READY)."""
+def _served_states() -> dict[str, str]:
+    """Each model's state from the server's repository index: what clients will see."""
     from ray import serve
 
-    states = {}
-    for name, model in scanned.items():
-        if not model.available:
-            states[name] = f"UNAVAILABLE: {model.error}"
-            continue
-        try:
-            handle = serve.get_deployment_handle(name, app_name=name)
-            versions = handle.state.remote().result(timeout_s=_STATE_TIMEOUT_S)
-        except Exception as err:  # the application failed or does not answer
-            states[name] = f"UNAVAILABLE: {type(err).__name__}: {err}"
-            continue
-        failed = [
-            f"version {version}: {state['reason']}"
-            for version, state in sorted(versions.items())
-            if state["state"] != "READY"
-        ]
-        states[name] = f"UNAVAILABLE: {'; '.join(failed)}" if failed else "READY"
-    return states
+    server = serve.get_deployment_handle(SERVER_DEPLOYMENT_NAME, app_name=SERVER_APP_NAME)
+    index = server.repository_index.remote().result(timeout_s=_INDEX_TIMEOUT_S)
+    problems: dict[str, list[str]] = {}
+    for entry in index:
+        found = problems.setdefault(entry["name"], [])
+        if entry["state"] != "READY":
+            version = f"version {entry['version']}: " if "version" in entry else ""
+            found.append(f"{entry['state']}: {version}{entry.get('reason', '')}")
+    return {name: "; ".join(found) or "READY" for name, found in problems.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,6 @@ from deployments.apps.handles import ModelHandles
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.python_backend import runtime
-from repo_adapter.request_validation import model_not_found
 
 _READY_TIMEOUT_S = 10.0
 _MODEL_CONTROL = (
@@ -28,21 +27,19 @@ class ServeBls:
         self._handles = handles or ModelHandles()
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        """Run ``request`` on its target model's deployment."""
-        try:
-            return await self._handles.call(request.model_name, "infer", request)
-        except KeyError:  # Serve has no such deployment
-            raise model_not_found(request.model_name, request.model_version) from None
+        """Run ``request`` on its target model's deployment (NOT_FOUND for an unknown one)."""
+        return await self._handles.call(request.model_name, "infer", request)
 
     async def is_model_ready(self, model_name: str, model_version: str) -> bool:
         try:
-            return bool(
-                await self._handles.call(
-                    model_name, "is_ready", model_version, timeout_s=_READY_TIMEOUT_S
-                )
+            ready = await self._handles.call(
+                model_name, "is_ready", model_version, timeout_s=_READY_TIMEOUT_S
             )
-        except KeyError:
-            return False
+        except InferenceServerError as err:
+            if err.code is StatusCode.NOT_FOUND:  # no such model: not ready, as in Triton
+                return False
+            raise
+        return bool(ready)
 
     def load_model(self, model_name: str, config: str, files: dict[str, bytes] | None) -> None:
         raise InferenceServerError(_MODEL_CONTROL, StatusCode.UNSUPPORTED)

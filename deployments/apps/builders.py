@@ -33,6 +33,7 @@ from repo_adapter.repository import RepositoryModel, scan_model, scan_repository
 logger = logging.getLogger(__name__)
 
 SERVER_APP_NAME = "rayton-server"
+SERVER_DEPLOYMENT_NAME = "server"
 GRPC_APP_NAME = "rayton-grpc"
 MODEL_APP_IMPORT_PATH = "deployments.apps.builders:build_model_app"
 SERVER_APP_IMPORT_PATH = "deployments.apps.builders:build_server_app"
@@ -151,7 +152,7 @@ def plan_applications(
             import_path=SERVER_APP_IMPORT_PATH,
             args=server_args.model_dump(exclude_defaults=True),
             deployment_options={"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
-            deployment="server",
+            deployment=SERVER_DEPLOYMENT_NAME,
         )
     ]
     if grpc_port is not None:
@@ -213,7 +214,7 @@ def build_server_app(args: ServerAppArgs) -> Application:
         args = ServerAppArgs.model_validate(args)
     spec = server_spec(args)
     return TritonServer.options(
-        name="server", num_replicas=1, ray_actor_options={"num_cpus": 0}
+        name=SERVER_DEPLOYMENT_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}
     ).bind(spec)
 
 

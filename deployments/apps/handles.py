@@ -13,6 +13,8 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from repo_adapter.request_validation import model_not_found
+
 
 class ModelHandles:
     """The :class:`~deployments.core.server_core.ModelCalls` of a Serve cluster."""
@@ -21,11 +23,17 @@ class ModelHandles:
         self._methods: dict[tuple[str, str], Any] = {}
 
     def method(self, model: str, method: str) -> Any:
-        """``method`` of ``model``'s deployment handle (cached)."""
+        """``method`` of ``model``'s deployment handle (cached).
+
+        Raises Triton's NOT_FOUND error when Serve has no deployment for ``model``.
+        """
         key = (model, method)
         found = self._methods.get(key)
         if found is None:
-            handle: DeploymentHandle = serve.get_deployment_handle(model, app_name=model)
+            try:
+                handle: DeploymentHandle = serve.get_deployment_handle(model, app_name=model)
+            except KeyError:  # Serve's answer for an application it does not have
+                raise model_not_found(model) from None
             found = self._methods[key] = getattr(handle, method)
         return found
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,3 +23,7 @@ class TritonServer:
 
     async def __call__(self, request: Request) -> Response:
         return await self._http.handle(request)
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """The repository index as clients get it (``rayton serve`` prints it at start-up)."""
+        return await self.core.repository_index(ready_only)

@@ -17,7 +17,6 @@ from deployments.core.single_model import SingleModel
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferTensor, RequestedOutput
-from repo_adapter.python_backend import set_bls_dispatcher
 from repo_adapter.repository import scan_model
 
 REPOSITORY = Path(__file__).parents[1] / "model_repository"
@@ -34,13 +33,6 @@ def load(model_dir: Path, versions: list[int] | None = None) -> SingleModel:
         scanned.labels,
         InstanceSpec.cpu(scanned.name),
     )
-
-
-@pytest.fixture(autouse=True)
-def no_dispatcher():
-    set_bls_dispatcher(None)
-    yield
-    set_bls_dispatcher(None)
 
 
 @pytest.fixture

@@ -9,20 +9,13 @@ import pytest
 
 from deployments.core.batching import BatchPolicy, DynamicBatcher
 from deployments.core.statistics import VersionStatistics
-from repo_adapter.config import normalize_config, parse_config_text
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+from tests.deployments.core.batching.test_queue import make_policy
 
 
-def policy(batching: str = "dynamic_batching { }", max_batch_size: int = 8) -> BatchPolicy:
-    config = parse_config_text(
-        f'name: "m" backend: "python" max_batch_size: {max_batch_size} '
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ] '
-        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ] ' + batching,
-        "test",
-    )
-    normalize_config(config)
-    return BatchPolicy.from_config(config)
+def policy(batching: str = "dynamic_batching { }") -> BatchPolicy:
+    return make_policy("max_batch_size: 8 " + batching)
 
 
 def request(rows: int, **parameters) -> InferRequest:
