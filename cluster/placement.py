@@ -19,9 +19,11 @@ logger = logging.getLogger(__name__)
 
 _GROUP = mc.ModelInstanceGroup
 
-# Logical CPU a CPU instance reserves: small, so a whole repository fits on one machine;
-# raise it (YAML ``ray_actor_options``) to spread heavy CPU models across nodes.
-DEFAULT_CPU_INSTANCE_NUM_CPUS = 0.25
+# Logical CPU a CPU instance reserves: none, as Triton reserves none for an instance, so any
+# repository fits (a fraction per replica left a 13-model repository unschedulable on 2 CPUs).
+# Serve spreads replicas over nodes regardless; reserve CPUs (YAML ``ray_actor_options``) for
+# heavy CPU models that must not share a node's cores.
+DEFAULT_CPU_INSTANCE_NUM_CPUS = 0
 # Requests one replica holds at once. Triton queues without bound; Serve caps in-flight
 # requests per replica, so the cap must leave room for full batches to form.
 MIN_MAX_ONGOING_REQUESTS = 64

@@ -15,7 +15,7 @@ from typing import Any
 from google.protobuf import descriptor, json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from repo_adapter.errors import ModelConfigError
+from repo_adapter.errors import ModelConfigError, NoDeviceError
 
 ModelConfig = mc.ModelConfig
 CONFIG_FILENAME = "config.pbtxt"
@@ -215,7 +215,11 @@ def validate_config(
             fail(field, f"has kind {kind} but specifies one or more GPUs")
         if group.kind == group_cls.KIND_GPU:
             if not group.gpus:
-                fail(field, "has kind KIND_GPU but no GPUs are available")
+                raise NoDeviceError(
+                    f"model '{name}' ({source}): '{field}' has kind KIND_GPU but no GPUs are "
+                    f"available: needs {max(group.count, 1)} GPU instance(s), the cluster has "
+                    "0 GPUs"
+                )
             if gpu_ids is not None:
                 for gpu in group.gpus:
                     if gpu not in gpu_ids:

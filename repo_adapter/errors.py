@@ -71,6 +71,10 @@ class ModelConfigError(InferenceServerError):
         super().__init__(message, StatusCode.INVALID_ARG)
 
 
+class NoDeviceError(ModelConfigError):
+    """The model asks for a device (a GPU) the cluster does not have: a placement fact."""
+
+
 class ModelResponseError(InferenceServerError):
     """An error response a model returned for one request of a batch that executed.
 

@@ -23,7 +23,7 @@ from repo_adapter.config import (
     normalize_config,
     validate_config,
 )
-from repo_adapter.errors import InferenceServerError, ModelConfigError
+from repo_adapter.errors import InferenceServerError, ModelConfigError, NoDeviceError
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ class RepositoryModel:
     versions: list[int] = field(default_factory=list)
     labels: dict[str, list[str]] = field(default_factory=dict)
     error: str = ""
+    needs_device: bool = False  # error is a device the cluster lacks, not a broken model
 
     @property
     def available(self) -> bool:
@@ -127,11 +128,16 @@ def _complete_ensembles(
             is_decoupled(name, frozenset())
 
 
-def scan_model(model_dir: Path, gpu_ids: Sequence[int] = ()) -> RepositoryModel:
-    """Scan one model directory; failures are captured in ``RepositoryModel.error``."""
+def scan_model(
+    model_dir: Path, gpu_ids: Sequence[int] = (), config_override: mc.ModelConfig | None = None
+) -> RepositoryModel:
+    """Scan one model directory; failures are captured in ``RepositoryModel.error``.
+
+    ``config_override`` replaces ``config.pbtxt`` (a repository ``load`` with a ``config``).
+    """
     model = RepositoryModel(name=model_dir.name, path=model_dir)
     try:
-        model.config = _complete_config(model_dir, gpu_ids)
+        model.config = _complete_config(model_dir, gpu_ids, config_override)
         model.versions = select_versions(model.config, available_versions(model_dir))
         if not model.is_ensemble:
             for version in model.versions:
@@ -142,6 +148,7 @@ def scan_model(model_dir: Path, gpu_ids: Sequence[int] = ()) -> RepositoryModel:
             model.config.model_transaction_policy.decoupled = False
     except InferenceServerError as err:
         model.error = err.message
+        model.needs_device = isinstance(err, NoDeviceError)
         logger.error("model '%s' is unavailable: %s", model.name, err.message)
     return model
 
@@ -182,9 +189,15 @@ def select_versions(config: mc.ModelConfig, on_disk: Sequence[int]) -> list[int]
     return selected
 
 
-def _complete_config(model_dir: Path, gpu_ids: Sequence[int]) -> mc.ModelConfig:
+def _complete_config(
+    model_dir: Path, gpu_ids: Sequence[int], override: mc.ModelConfig | None = None
+) -> mc.ModelConfig:
     config_path = model_dir / CONFIG_FILENAME
-    if config_path.exists():
+    if override is not None:
+        config = mc.ModelConfig()
+        config.CopyFrom(override)
+        source = f"the config of the load request for {model_dir.name}"
+    elif config_path.exists():
         config = load_config_file(config_path)
         source = str(config_path)
     else:

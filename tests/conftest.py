@@ -47,7 +47,68 @@ class ServeCluster:
             for plan in plans
         ]
         serve.run_many(targets, wait_for_applications_running=True)
+        self.wait_for_repository()
         return [plan.name for plan in plans]
+
+    def deploy_live(
+        self,
+        repository: Path,
+        model_control_mode: str = "explicit",
+        load_models: list[str] | None = None,
+        grpc_port: int | None = None,
+        poll_secs: float = 1.0,
+        cpu_models: str = "shared",
+        model_file_override_dir: str | None = None,
+    ) -> list[str]:
+        """Deploy as ``rayton serve`` does: the repository controller deploys the models.
+
+        Returns the front applications' names; :meth:`delete_all` removes the models too.
+        """
+        from ray import serve
+        from ray.serve.api import RunTarget
+
+        from deployments.apps.builders import ServerAppArgs, front_applications
+
+        args = ServerAppArgs(
+            model_repository=str(repository),
+            model_control_mode=model_control_mode,
+            load_models=load_models,
+            repository_poll_secs=poll_secs,
+            model_load_timeout_secs=120,
+            deploy_models=True,
+            cpu_models=cpu_models,
+            model_file_override_dir=model_file_override_dir,
+        )
+        plans = front_applications(args, grpc_port=grpc_port)
+        targets = [
+            RunTarget(plan.build(), name=plan.name, route_prefix=plan.route_prefix)
+            for plan in plans
+        ]
+        serve.run_many(targets, wait_for_applications_running=True)
+        self.wait_for_repository()
+        return [plan.name for plan in plans]
+
+    def wait_for_repository(self, timeout_s: float = 300.0) -> None:
+        """Until the repository controller finished its start-up loads."""
+        import time
+
+        from ray import serve
+
+        from deployments.apps.builders import SERVER_APP_NAME
+        from deployments.apps.repository_access import CONTROLLER_DEPLOYMENT_NAME
+
+        controller = serve.get_deployment_handle(CONTROLLER_DEPLOYMENT_NAME, SERVER_APP_NAME)
+        deadline = time.monotonic() + timeout_s
+        while not controller.started.remote().result(timeout_s=30):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the repository controller did not finish loading")
+            time.sleep(0.2)
+
+    def delete_all(self, timeout_s: float = 60.0) -> None:
+        """Delete every application (those the controller deployed included)."""
+        from ray import serve
+
+        self.delete(list(serve.status().applications), timeout_s)
 
     def delete(self, app_names: list[str], timeout_s: float = 60.0) -> None:
         """Delete applications concurrently (serve.delete one by one takes ~3 s each)."""

@@ -13,26 +13,34 @@ import importlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray.serve import Application
 
-from cluster.placement import placement_for
+from cluster.placement import GRACEFUL_SHUTDOWN_TIMEOUT_S, placement_for
 from cluster.resources import cluster_gpu_ids
 from deployments.apps.ensemble_deployment import EnsembleSpec, TritonEnsemble
 from deployments.apps.grpc_deployment import TritonGrpcServer
+from deployments.apps.host_deployment import HOST_DEPLOYMENT_NAME, TritonModelHost, hosted_entry
 from deployments.apps.model_deployment import ModelSpec, TritonModel
+from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
+from deployments.apps.repository_controller import (
+    DEFAULT_LOAD_TIMEOUT_S,
+    DEFAULT_POLL_SECS,
+    ControllerSpec,
+    RepositoryController,
+)
 from deployments.apps.server_deployment import TritonServer
-from deployments.core.server_core import ServerSpec
+from deployments.core.server_core import SERVER_VERSION
 from deployments.grpc.server import GrpcSpec
-from repo_adapter.ensemble import member_names, validate_ensemble
-from repo_adapter.errors import InferenceServerError, ModelConfigError
-from repo_adapter.repository import RepositoryModel, scan_model, scan_repository
+from repo_adapter.errors import InferenceServerError
+from repo_adapter.live_repository import LiveRepository
+from repo_adapter.repository import RepositoryModel
 
 logger = logging.getLogger(__name__)
 
-SERVER_APP_NAME = "rayton-server"
+SERVER_APP_NAME = CONTROLLER_APP_NAME  # the controller is a deployment of the server app
 SERVER_DEPLOYMENT_NAME = "server"
 GRPC_APP_NAME = "rayton-grpc"
 MODEL_APP_IMPORT_PATH = "deployments.apps.builders:build_model_app"
@@ -51,18 +59,58 @@ class ModelAppArgs(BaseModel):
 
 
 class ServerAppArgs(BaseModel):
-    """``args`` of the server application in ``serve_config.yaml``."""
+    """``args`` of the server application in ``serve_config.yaml`` (and of ``rayton serve``).
+
+    ``deploy_models`` False (a Serve config): the config's own model applications serve the
+    models and the repository controller only watches them, so only ``model_control_mode:
+    none`` applies. True (``rayton serve``): the controller deploys and changes them.
+    """
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
     model_repository: str
-    models: list[str] | None = None  # None: every model of the repository
-    model_control_mode: str = "none"
+    models: list[str] | None = None  # a config's model selection; None: every model
+    model_control_mode: Literal["none", "poll", "explicit"] = "none"
+    load_models: list[str] | None = None  # explicit mode's start-up models ('*': all)
+    repository_poll_secs: float = Field(DEFAULT_POLL_SECS, gt=0)
+    model_load_timeout_secs: float = Field(DEFAULT_LOAD_TIMEOUT_S, gt=0)
     strict_readiness: bool = True
+    deploy_models: bool = False
+    # rayton serve: "shared" runs CPU models in one host application (one process for many
+    # models, as Triton); "dedicated" gives each model an application and replicas of its own.
+    cpu_models: Literal["shared", "dedicated"] = "shared"
+    # Where a repository load may write the model files a client sends (Triton's file:
+    # parameters: model code from the network); None refuses them.
+    model_file_override_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _config_owned_models_do_not_change(self) -> ServerAppArgs:
+        if not self.deploy_models and self.model_control_mode != "none":
+            raise ValueError(
+                f"model_control_mode '{self.model_control_mode}' needs rayton to deploy the "
+                "models itself ('rayton serve'); in a Serve config the config owns the model "
+                "applications: change it and 'serve deploy' it again"
+            )
+        return self
+
+    def controller_spec(self) -> ControllerSpec:
+        return ControllerSpec(
+            repository=self.model_repository,
+            model_control_mode=self.model_control_mode,
+            load_models=self.load_models,
+            poll_secs=self.repository_poll_secs,
+            deploy_models=self.deploy_models,
+            load_timeout_s=self.model_load_timeout_secs,
+            strict_readiness=self.strict_readiness,
+            models=self.models,
+            share_cpu_models=self.cpu_models == "shared",
+            file_override_dir=self.model_file_override_dir,
+        )
 
 
-class GrpcAppArgs(ServerAppArgs):
-    """``args`` of the gRPC application: the server application's, plus where to listen."""
+class GrpcAppArgs(BaseModel):
+    """``args`` of the gRPC application: where to listen."""
 
+    model_config = ConfigDict(extra="forbid")
     grpc_host: str = "127.0.0.1"
     grpc_port: int = DEFAULT_GRPC_PORT
 
@@ -99,52 +147,16 @@ def model_route_prefix(model: str) -> str:
 def scan_for_serving(
     repository: str | Path, models: list[str] | None = None
 ) -> dict[str, RepositoryModel]:
-    """Scan the repository and check ensembles against their members."""
-    scanned = scan_repository(repository, cluster_gpu_ids(), models)
-    configs = {name: m.config if m.available else None for name, m in scanned.items()}
-    for model in scanned.values():
-        if model.available and model.is_ensemble:
-            try:
-                missing = [m for m in member_names(model.config) if m not in scanned]
-                if missing and models is not None:  # members may be outside the selection
-                    extra = scan_repository(repository, cluster_gpu_ids(), missing)
-                    configs |= {n: m.config if m.available else None for n, m in extra.items()}
-                validate_ensemble(model.config, configs)
-            except ModelConfigError as err:
-                model.error = err.message
-    return scanned
+    """Each model of the repository (or of ``models``) as a load would scan it."""
+    live = LiveRepository(repository, cluster_gpu_ids())
+    names = [n for n in live.model_names() if models is None or n in models]
+    return {name: live.plan_load(name).models[-1] for name in names}
 
 
-def plan_applications(
-    repository: str | Path,
-    models: list[str] | None = None,
-    model_control_mode: str = "none",
-    grpc_port: int | None = None,
-    grpc_host: str = "127.0.0.1",
-) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
-    """Applications for the servable models of ``repository`` (all, or ``models``).
-
-    The server application comes first, then the gRPC application when ``grpc_port`` is
-    given, then one application per model.
-    """
-    scanned = scan_for_serving(repository, models)
-    plans = []
-    for name, model in scanned.items():
-        if not model.available:
-            continue
-        placement = placement_for(model.config)
-        plans.append(
-            AppPlan(
-                name=name,
-                route_prefix=model_route_prefix(name),
-                import_path=MODEL_APP_IMPORT_PATH,
-                args={"model_repository": str(repository), "model": name},
-                deployment_options=placement.deployment_options(),
-            )
-        )
-    server_args = ServerAppArgs(
-        model_repository=str(repository), models=models, model_control_mode=model_control_mode
-    )
+def front_applications(
+    server_args: ServerAppArgs, grpc_port: int | None = None, grpc_host: str = "127.0.0.1"
+) -> list[AppPlan]:
+    """The server application, then the gRPC application when ``grpc_port`` is given."""
     front = [
         AppPlan(
             name=SERVER_APP_NAME,
@@ -157,72 +169,134 @@ def plan_applications(
     ]
     if grpc_port is not None:
         # Host and port always written out (not left to defaults): readers look for them.
-        grpc_args = GrpcAppArgs(
-            **server_args.model_dump(), grpc_host=grpc_host, grpc_port=grpc_port
-        ).model_dump(exclude_defaults=True) | {"grpc_host": grpc_host, "grpc_port": grpc_port}
         front.append(
             AppPlan(
                 name=GRPC_APP_NAME,
                 route_prefix=None,
                 import_path=GRPC_APP_IMPORT_PATH,
-                args=grpc_args,
+                args={"grpc_host": grpc_host, "grpc_port": grpc_port},
                 # One replica per cluster for now; see deployments/apps/grpc_deployment.py.
                 deployment_options={"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
                 deployment=GRPC_DEPLOYMENT_NAME,
             )
         )
-    return front + plans, scanned
+    return front
+
+
+def plan_applications(
+    repository: str | Path,
+    models: list[str] | None = None,
+    grpc_port: int | None = None,
+    grpc_host: str = "127.0.0.1",
+) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
+    """A Serve config's applications: the front ones, then one per available model."""
+    scanned = scan_for_serving(repository, models)
+    plans = []
+    for name, model in scanned.items():
+        if not model.available:
+            continue
+        placement = placement_for(model.config)
+        plans.append(
+            AppPlan(
+                name=name,
+                route_prefix=model_route_prefix(name),
+                import_path=MODEL_APP_IMPORT_PATH,
+                args={"model_repository": str(repository), "model": name},
+                deployment_options=placement.deployment_options()
+                | {"max_surge_percent": SURGE_PERCENT},
+            )
+        )
+    server_args = ServerAppArgs(model_repository=str(repository), models=models)
+    return front_applications(server_args, grpc_port, grpc_host) + plans, scanned
+
+
+# Serve restarts replicas when a deployment's code version changes and reconfigures them in
+# place when only ``user_config`` does. Imperative deploys get a random code version unless one
+# is set, and the public option for it was removed; a model's replicas take everything that
+# varies from ``user_config``, so a fixed version per rayton release makes a reload an in-place
+# reconfigure and a count change a rescale (see deployments/core/model_slot.py).
+MODEL_CODE_VERSION = f"rayton-model-{SERVER_VERSION}"
+# A restart that does happen (new resources) starts the new replicas before the old stop.
+SURGE_PERCENT = 100
+# Requests one host replica holds at once, over all its models (each model's batcher has its
+# own queue behind it).
+HOST_MAX_ONGOING_REQUESTS = 1024
+
+
+def model_application(model: RepositoryModel, generation: str = "") -> Application:
+    """The Serve application of one scanned, available model (single model or ensemble)."""
+    placement = placement_for(model.config)
+    options = placement.deployment_options() | {"max_surge_percent": SURGE_PERCENT}
+    spec = _spec(model, generation)
+    deployment_class = TritonEnsemble if model.is_ensemble else TritonModel
+    deployment = deployment_class.options(
+        name=model.name, user_config=spec.to_user_config(), **options
+    )
+    if hasattr(deployment, "_version"):  # private: see MODEL_CODE_VERSION
+        deployment._version = MODEL_CODE_VERSION
+    return deployment.bind(model.name)
+
+
+def _spec(model: RepositoryModel, generation: str) -> ModelSpec | EnsembleSpec:
+    if model.is_ensemble:
+        return EnsembleSpec(
+            model.name, model.config.SerializeToString(), model.versions, model.labels, generation
+        )
+    placement = placement_for(model.config)
+    return ModelSpec.from_repository_model(
+        model, placement.instance_kind, placement.group_name, generation
+    )
+
+
+def hosted_model_entry(model: RepositoryModel, generation: str) -> dict[str, Any]:
+    """One model of the shared host's ``user_config``."""
+    return hosted_entry(_spec(model, generation))
+
+
+def host_application(hosted: dict[str, dict[str, Any]]) -> Application:
+    """The shared host serving ``hosted`` (``hosted_model_entry`` by model name)."""
+    deployment = TritonModelHost.options(
+        name=HOST_DEPLOYMENT_NAME,
+        user_config={"models": hosted},
+        num_replicas=1,
+        max_ongoing_requests=HOST_MAX_ONGOING_REQUESTS,
+        graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_TIMEOUT_S,
+        max_surge_percent=SURGE_PERCENT,
+        ray_actor_options={"num_cpus": 0},
+    )
+    if hasattr(deployment, "_version"):  # private: see MODEL_CODE_VERSION
+        deployment._version = MODEL_CODE_VERSION
+    return deployment.bind()
 
 
 def build_model_app(args: ModelAppArgs) -> Application:
     """Serve application of one model (``import_path`` target)."""
     if isinstance(args, dict):
         args = ModelAppArgs.model_validate(args)
-    repository = Path(args.model_repository)
-    model = scan_model(repository / args.model, cluster_gpu_ids())
-    if model.available and model.is_ensemble:
-        scanned = scan_for_serving(repository, [args.model])
-        model = scanned[args.model]
+    repository = LiveRepository(args.model_repository, cluster_gpu_ids())
+    model = repository.plan_load(args.model).models[-1]
     if not model.available:
         raise InferenceServerError(f"model '{args.model}' is unavailable: {model.error}")
-    placement = placement_for(model.config)
-    options = placement.deployment_options()
-    if model.is_ensemble:
-        spec = EnsembleSpec(
-            args.model, model.config.SerializeToString(), model.versions, model.labels
-        )
-        return TritonEnsemble.options(name=args.model, **options).bind(spec)
-    spec = ModelSpec.from_repository_model(model, placement.instance_kind, placement.group_name)
-    return TritonModel.options(name=args.model, **options).bind(spec)
-
-
-def server_spec(args: ServerAppArgs) -> ServerSpec:
-    """The repository as the server-wide endpoints (HTTP and gRPC) see it."""
-    scanned = scan_for_serving(args.model_repository, args.models)
-    return ServerSpec(
-        repository=args.model_repository,
-        deployed=[name for name, m in scanned.items() if m.available],
-        unavailable={name: m.error for name, m in scanned.items() if not m.available},
-        model_control_mode=args.model_control_mode,
-        strict_readiness=args.strict_readiness,
-    )
+    return model_application(model, repository.fingerprint(args.model))
 
 
 def build_server_app(args: ServerAppArgs) -> Application:
-    """The server application (``import_path`` target)."""
+    """The server application (``import_path`` target): HTTP routes and the controller."""
     if isinstance(args, dict):
         args = ServerAppArgs.model_validate(args)
-    spec = server_spec(args)
+    controller = RepositoryController.options(name=CONTROLLER_DEPLOYMENT_NAME).bind(
+        args.controller_spec()
+    )
     return TritonServer.options(
         name=SERVER_DEPLOYMENT_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}
-    ).bind(spec)
+    ).bind(controller)
 
 
 def build_grpc_app(args: GrpcAppArgs) -> Application:
     """The gRPC application (``import_path`` target)."""
     if isinstance(args, dict):
         args = GrpcAppArgs.model_validate(args)
-    spec = GrpcSpec(server_spec(args), host=args.grpc_host, port=args.grpc_port)
+    spec = GrpcSpec(host=args.grpc_host, port=args.grpc_port)
     return TritonGrpcServer.options(
         name=GRPC_DEPLOYMENT_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}
     ).bind(spec)

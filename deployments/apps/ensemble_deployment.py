@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import base64
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ray import serve
 from tritonclient.grpc import model_config_pb2 as mc
@@ -10,28 +13,49 @@ from tritonclient.grpc import model_config_pb2 as mc
 from deployments.apps.handles import ModelHandles
 from deployments.apps.model_deployment import ServedModelDeployment
 from deployments.core.ensemble_model import EnsembleModel
+from deployments.core.served_model import ServedModel
 from repo_adapter.inference_types import InferRequest, InferResponse
 
 
 @dataclass
 class EnsembleSpec:
-    """What an ensemble replica needs; plain data so it pickles cheaply."""
+    """What an ensemble replica needs; plain data (Serve's ``user_config``)."""
 
     name: str
     config_bytes: bytes
     versions: list[int]
     labels: dict[str, list[str]] = field(default_factory=dict)
+    generation: str = ""
+
+    def to_user_config(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["config_bytes"] = base64.b64encode(self.config_bytes).decode()
+        return data
+
+    @classmethod
+    def from_user_config(cls, data: dict[str, Any]) -> EnsembleSpec:
+        data = dict(data)
+        data["config_bytes"] = base64.b64decode(data["config_bytes"])
+        return cls(**data)
 
 
 @serve.deployment
 class TritonEnsemble(ServedModelDeployment):
     """Serves one ensemble; members are other applications' model deployments."""
 
-    def __init__(self, spec: EnsembleSpec) -> None:
+    def __init__(self, name: str) -> None:
+        self._members = ModelHandles()
+        super().__init__(name)
+
+    def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
+        spec = EnsembleSpec.from_user_config(user_config)
         config = mc.ModelConfig()
         config.ParseFromString(spec.config_bytes)
-        self._members = ModelHandles()
-        self._serve(EnsembleModel(config, spec.versions, spec.labels, self._call_member))
+
+        def load() -> ServedModel:
+            return EnsembleModel(config, spec.versions, spec.labels, self._call_member)
+
+        return spec.generation or f"{hash(spec.config_bytes):x}", load
 
     async def _call_member(self, request: InferRequest) -> InferResponse:
         return await self._members.call(request.model_name, "infer", request)

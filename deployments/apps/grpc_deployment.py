@@ -16,6 +16,7 @@ import logging
 from ray import serve
 
 from deployments.apps.handles import ModelHandles
+from deployments.apps.repository_access import ControllerRepository
 from deployments.grpc.server import GrpcSpec, start_grpc_server
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,9 @@ class TritonGrpcServer:
         # Serve awaits an async constructor on the replica's user-code event loop, which runs
         # for the replica's lifetime: the server's handlers run there too.
         self.spec = spec
-        self.server, self.servicer = await start_grpc_server(spec, ModelHandles())
+        self.server, self.servicer = await start_grpc_server(
+            spec, ModelHandles(), ControllerRepository()
+        )
         logger.info("Triton gRPC endpoint listening on %s", spec.address)
 
     def address(self) -> str:

@@ -1,6 +1,7 @@
 """Calls to the model deployments through Serve deployment handles.
 
-Deployment name = application name = model name (see :mod:`deployments.apps.builders`).
+Deployment name = application name = model name (see :mod:`deployments.apps.builders`);
+a model without an application of its own is one the shared host serves.
 One cache of handle methods per caller: looking a handle up costs more than the call on the
 hot path (gRPC inference, ensemble steps).
 """
@@ -15,12 +16,28 @@ from ray.serve.handle import DeploymentHandle
 
 from repo_adapter.request_validation import model_not_found
 
+# The shared model host (deployments/apps/host_deployment.py); named here, not imported, as
+# the host itself uses these handles.
+HOST_APP_NAME = "rayton-models"
+HOST_DEPLOYMENT_NAME = "models"
+
+
+class _HostedMethod:
+    """A hosted model's method: ``remote(*args)`` is the host's ``model_call``."""
+
+    def __init__(self, model_call: Any, model: str, method: str) -> None:
+        self._model_call, self._model, self._method = model_call, model, method
+
+    def remote(self, *args: Any) -> Any:
+        return self._model_call.remote(self._model, self._method, *args)
+
 
 class ModelHandles:
     """The :class:`~deployments.core.server_core.ModelCalls` of a Serve cluster."""
 
     def __init__(self) -> None:
         self._methods: dict[tuple[str, str], Any] = {}
+        self._host: Any = None  # the shared host's model_call method, once looked up
 
     def method(self, model: str, method: str) -> Any:
         """``method`` of ``model``'s deployment handle (cached).
@@ -32,10 +49,26 @@ class ModelHandles:
         if found is None:
             try:
                 handle: DeploymentHandle = serve.get_deployment_handle(model, app_name=model)
+                found = getattr(handle, method)
+            except KeyError:  # no application of its own: the shared host, if it runs
+                found = _HostedMethod(self._host_call(model), model, method)
+            self._methods[key] = found
+        return found
+
+    def _host_call(self, model: str) -> Any:
+        if self._host is None:
+            try:
+                self._host = serve.get_deployment_handle(
+                    HOST_DEPLOYMENT_NAME, app_name=HOST_APP_NAME
+                ).model_call
             except KeyError:  # Serve's answer for an application it does not have
                 raise model_not_found(model) from None
-            found = self._methods[key] = getattr(handle, method)
-        return found
+        return self._host
+
+    def forget(self, model: str) -> None:
+        """Drop the cached methods of ``model`` (unloaded: its deployment is gone)."""
+        for key in [k for k in self._methods if k[0] == model]:
+            del self._methods[key]
 
     async def call(self, model: str, method: str, *args: Any, timeout_s: float | None = None):
         """Call ``method`` on one replica of ``model``'s deployment and return its result."""

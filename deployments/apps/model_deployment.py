@@ -1,14 +1,20 @@
 """The Serve deployment of one Triton model: one replica = one model instance.
 
-Thin on purpose: a replica builds a :class:`SingleModel` from the scanned repository entry and
-exposes it over HTTP (``__call__``) and to other deployments through handle methods (``infer``
-for ensembles and BLS, ``infer_grpc`` for the gRPC frontend; metadata, readiness, state,
-statistics). :class:`ServedModelDeployment` is that surface, shared with ensembles.
+Thin on purpose: a replica builds a :class:`SingleModel` from the spec Serve hands it as
+``user_config`` (so a reload is an in-place reconfigure, not a new process) and exposes it
+over HTTP (``__call__``) and to other deployments through handle methods (``infer`` for
+ensembles and BLS, ``infer_grpc`` for the gRPC frontend; metadata, readiness, state,
+statistics, ``slot_status`` for the repository controller). :class:`ServedModelDeployment` is
+that surface, shared with ensembles.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import base64
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +25,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
+from deployments.core.model_slot import ModelSlot
 from deployments.core.served_model import ServedModel, VersionState
 from deployments.core.single_model import SingleModel
 from deployments.core.statistics import merge_entries
@@ -32,39 +39,52 @@ _STATISTICS_TIMEOUT_S = 10.0
 
 
 class ServedModelDeployment:
-    """HTTP (``__call__``) and handle methods over one :class:`ServedModel`.
+    """HTTP (``__call__``) and handle methods over the replica's :class:`ModelSlot`.
 
-    Subclasses build the served model and pass it to :meth:`_serve`. Handle methods serve
-    gRPC, ensembles, BLS and the server application.
+    Subclasses build their model from the spec Serve passes as ``user_config``
+    (:meth:`reconfigure`), so a changed model reaches running replicas in place: the new
+    generation loads beside the serving one and takes over once loaded (see
+    :mod:`deployments.core.model_slot`). Handle methods serve gRPC, ensembles, BLS, the
+    server application and the repository controller (``slot_status``).
     """
 
-    served: ServedModel
+    def __init__(self, name: str) -> None:
+        self.slot = ModelSlot(name)
+        self._http = ModelHttpEndpoints(self.slot, self.statistics)
 
-    def _serve(self, served: ServedModel) -> None:
-        self.served = served
-        self._http = ModelHttpEndpoints(served, self.statistics)
+    def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
+        """The generation ``user_config`` describes and how to build its model."""
+        raise NotImplementedError
+
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        generation, build = self.build(user_config)
+        await self.slot.load(generation, build)
+
+    def slot_status(self) -> dict[str, Any]:
+        """This replica's generation, pending load and version states (for the controller)."""
+        return self.slot.status().to_dict()
 
     async def __call__(self, request: Request) -> Response:
         return await self._http.handle(request)
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        return await self.served.infer(request)
+        return await self.slot.infer(request)
 
     async def infer_grpc(self, message: bytes, stream: bool = False) -> bytes:
         """A serialized ``ModelInferRequest`` -> its serialized response (gRPC frontend)."""
-        return await infer_serialized(self.served.infer, message, stream)
+        return await infer_serialized(self.slot.infer, message, stream)
 
     def metadata(self, version: str = "") -> dict[str, Any]:
-        return self.served.metadata(version)
+        return self.slot.metadata(version)
 
     def model_config(self, version: str = "") -> dict[str, Any]:
-        return self.served.model_config(version)
+        return self.slot.model_config(version)
 
     def is_ready(self, version: str = "") -> bool:
-        return self.served.is_ready(version)
+        return self.slot.is_ready(version)
 
     def state(self) -> dict[str, VersionState]:
-        return self.served.state()
+        return self.slot.state()
 
     async def statistics(self, version: str = "") -> list[dict[str, Any]]:
         """The model's statistics summed over all its replicas, as Triton reports a model."""
@@ -77,7 +97,10 @@ class ServedModelDeployment:
 
     def local_statistics(self, version: str = "") -> list[dict[str, Any]]:
         """This replica's counters only."""
-        return self.served.statistics(version)
+        return self.slot.statistics(version)
+
+    async def __del__(self) -> None:
+        await self.slot.close()
 
 
 @dataclass
@@ -91,10 +114,11 @@ class ModelSpec:
     labels: dict[str, list[str]] = field(default_factory=dict)
     instance_kind: str = "CPU"
     group_name: str = ""
+    generation: str = ""  # the repository's fingerprint of what this spec loads
 
     @classmethod
     def from_repository_model(
-        cls, model: RepositoryModel, instance_kind: str, group_name: str
+        cls, model: RepositoryModel, instance_kind: str, group_name: str, generation: str = ""
     ) -> ModelSpec:
         assert model.config is not None
         return cls(
@@ -105,7 +129,20 @@ class ModelSpec:
             labels=model.labels,
             instance_kind=instance_kind,
             group_name=group_name or model.name,
+            generation=generation,
         )
+
+    def to_user_config(self) -> dict[str, Any]:
+        """The spec as Serve's ``user_config`` (JSON: the config travels as base64)."""
+        data = asdict(self)
+        data["config_bytes"] = base64.b64encode(self.config_bytes).decode()
+        return data
+
+    @classmethod
+    def from_user_config(cls, data: dict[str, Any]) -> ModelSpec:
+        data = dict(data)
+        data["config_bytes"] = base64.b64decode(data["config_bytes"])
+        return cls(**data)
 
     def config(self) -> mc.ModelConfig:
         config = mc.ModelConfig()
@@ -127,17 +164,28 @@ def _instance(spec: ModelSpec) -> InstanceSpec:
 class TritonModel(ServedModelDeployment):
     """Serves one model (all its selected versions) from each replica."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, name: str) -> None:
         install_bls()  # before the backend loads: initialize() may make BLS calls already
-        self.model = SingleModel(
-            spec.config(),
-            Path(spec.model_dir),
-            spec.versions,
-            spec.labels,
-            _instance(spec),
-            admission=serve_batch_admission,
-        )
-        self._serve(self.model)
+        super().__init__(name)
 
-    async def __del__(self) -> None:
-        await self.model.close()
+    def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
+        spec = ModelSpec.from_user_config(user_config)
+        instance = _instance(spec)
+
+        def load() -> ServedModel:
+            return SingleModel(
+                spec.config(),
+                Path(spec.model_dir),
+                spec.versions,
+                spec.labels,
+                instance,
+                admission=serve_batch_admission,
+            )
+
+        return spec.generation or _digest(user_config), load
+
+
+def _digest(user_config: dict[str, Any]) -> str:
+    """A generation for a spec that carries none (built without the repository's fingerprint)."""
+    text = json.dumps(user_config, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -9,9 +9,9 @@ import yaml
 
 from cluster.local import REPLICA_MESSAGE_ENV
 from deployments.apps.builders import AppPlan
+from deployments.apps.model_apps import ACCESS_LOG_OFF
 
-# Serve logs a line per request by default: measurable CPU on the request path.
-ACCESS_LOG_OFF = {"enable_access_log": False}
+__all__ = ["ACCESS_LOG_OFF", "serve_config", "write_serve_config"]
 
 
 def serve_config(

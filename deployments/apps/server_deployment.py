@@ -1,4 +1,4 @@
-"""The server application's deployment (route ``/``): the server-wide HTTP routes."""
+"""The server application's ingress deployment (route ``/``): the server-wide HTTP routes."""
 
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from deployments.apps.handles import ModelHandles
-from deployments.core.server_core import ServerCore, ServerSpec
+from deployments.apps.repository_access import ControllerRepository
+from deployments.core.server_core import ServerCore
 from deployments.http.server_routes import ServerHttpEndpoints
 
 
 @serve.deployment
 class TritonServer:
-    """Answers the server-wide part of Triton's HTTP protocol from one replica."""
+    """Answers the server-wide part of Triton's HTTP protocol; the repository controller
+    (a deployment of the same application, passed as ``controller``) owns the state."""
 
-    def __init__(self, spec: ServerSpec) -> None:
-        self.core = ServerCore(spec, ModelHandles())
+    def __init__(self, controller: Any) -> None:
+        self.core = ServerCore(ModelHandles(), ControllerRepository(controller))
         self._http = ServerHttpEndpoints(self.core)
 
     async def __call__(self, request: Request) -> Response:

@@ -1,15 +1,17 @@
 """Server-wide protocol logic, transport-neutral: what the HTTP server routes and gRPC share.
 
-Server metadata, health and readiness, the repository index, load/unload refusals,
-statistics of every model, and Triton's errors for models without a deployment. Models are
-reached through :class:`ModelCalls` (Serve deployment handles in a cluster:
-:class:`deployments.apps.handles.ModelHandles`), so this module is Ray-free.
+Server metadata, health and readiness, the repository API (index, load, unload), statistics
+of every model, and Triton's errors for models without a deployment. Models are reached
+through :class:`ModelCalls` (Serve deployment handles in a cluster:
+:class:`deployments.apps.handles.ModelHandles`) and the repository through
+:class:`Repository` (the repository controller's handle), so this module is Ray-free.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Protocol
@@ -28,14 +30,21 @@ except metadata.PackageNotFoundError:  # a source tree that was never installed
 # Extensions this server really implements (perf_analyzer reads "statistics").
 EXTENSIONS = [
     "classification",
-    "model_repository",
+    "model_repository",  # "model_repository(unload_dependents)" follows where unload works
     "schedule_policy",
     "model_configuration",
     "binary_tensor_data",
     "parameters",
     "statistics",
 ]
+UNLOAD_DEPENDENTS = "model_repository(unload_dependents)"
 _HANDLE_TIMEOUT_S = 5.0
+# How long the frontends route on a cached repository view (a model just loaded elsewhere is
+# reachable within this; this server's own load / unload refresh it at once).
+VIEW_TTL_S = 1.0
+# Start of the refusal a config-owned repository answers load / unload with: there the
+# repository API cannot change models, so unload_dependents is not advertised.
+CONFIG_OWNED_PREFIX = "this server's models are deployed by a Serve config"
 
 
 class ModelCalls(Protocol):
@@ -45,27 +54,59 @@ class ModelCalls(Protocol):
         self, model: str, method: str, *args: Any, timeout_s: float | None = None
     ) -> Any: ...
 
+    def forget(self, model: str) -> None:
+        """Drop what is cached about ``model`` (it was unloaded)."""
+        ...
+
 
 @dataclass
-class ServerSpec:
-    """The repository as scanned at build time."""
+class RepositoryView:
+    """What the frontends keep of the repository's state: enough to route and answer errors.
 
-    repository: str
-    deployed: list[str]  # model names with an application of their own
-    unavailable: dict[str, str] = field(default_factory=dict)  # model -> scan error
-    model_control_mode: str = "none"
-    strict_readiness: bool = True
+    ``control`` is why load / unload are refused ("" when the repository API may change
+    models); ``ready`` the server's readiness as the repository sees it.
+    """
+
+    served: list[str] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)  # model -> reason
+    ready: bool = False
+    control: str = ""
+
+
+class Repository(Protocol):
+    """The repository's owner (in a cluster: the repository controller's handle)."""
+
+    async def view(self) -> RepositoryView: ...
+
+    async def index(self, ready_only: bool) -> list[dict[str, Any]]: ...
+
+    async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None: ...
+
+    async def unload(self, model: str, unload_dependents: bool) -> None: ...
 
 
 class ServerCore:
     """Server-wide protocol logic, transport-neutral: what both frontends answer.
 
-    Errors are :class:`InferenceServerError` with Triton's codes.
+    Errors are :class:`InferenceServerError` with Triton's codes. The repository's view is
+    cached for :data:`VIEW_TTL_S` (routing a gRPC request must not cost a call to the
+    controller) and refreshed at once after this server changed the repository.
     """
 
-    def __init__(self, spec: ServerSpec, models: ModelCalls) -> None:
-        self.spec = spec
+    def __init__(self, models: ModelCalls, repository: Repository) -> None:
         self.models = models
+        self.repository = repository
+        self._view = RepositoryView()
+        self._view_at = -VIEW_TTL_S
+
+    async def view(self, fresh: bool = False) -> RepositoryView:
+        now = time.monotonic()
+        if fresh or now - self._view_at >= VIEW_TTL_S:
+            view = await self.repository.view()
+            for gone in set(self._view.served) - set(view.served):
+                self.models.forget(gone)
+            self._view, self._view_at = view, time.monotonic()
+        return self._view
 
     async def call(self, model: str, method: str, *args: Any) -> Any:
         """``method`` of a deployed model (metadata, state, ...), with a timeout."""
@@ -75,24 +116,28 @@ class ServerCore:
         """A serialized ``ModelInferRequest`` run by ``model``; its serialized response."""
         return await self.models.call(model, "infer_grpc", message, stream)
 
-    def is_deployed(self, model: str) -> bool:
-        return model in self.spec.deployed
+    async def is_deployed(self, model: str) -> bool:
+        return model in (await self.view()).served
 
-    def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
+    async def server_metadata(self) -> dict[str, Any]:
+        extensions = list(EXTENSIONS)
+        if not (await self.view()).control.startswith(CONFIG_OWNED_PREFIX):
+            extensions.insert(extensions.index("model_repository") + 1, UNLOAD_DEPENDENTS)
+        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": extensions}
 
     async def server_ready(self) -> bool:
-        if self.spec.strict_readiness and self.spec.unavailable:
+        view = await self.view()
+        if not view.ready:
             return False
         try:
-            states = await asyncio.gather(*(self.call(m, "is_ready") for m in self.spec.deployed))
+            states = await asyncio.gather(*(self.call(m, "is_ready") for m in view.served))
         except Exception:  # a model app still deploying or failed: not ready
             return False
         return all(states)
 
     async def all_statistics(self) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []
-        for model in self.spec.deployed:
+        for model in (await self.view()).served:
             try:
                 entries.extend(await self.call(model, "statistics"))
             except InferenceServerError:
@@ -102,46 +147,22 @@ class ServerCore:
         return merge_entries(entries)
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        index: list[dict[str, Any]] = []
-        for model in sorted({*self.spec.deployed, *self.spec.unavailable}):
-            if model in self.spec.unavailable:
-                if not ready_only:
-                    index.append(
-                        {
-                            "name": model,
-                            "state": "UNAVAILABLE",
-                            "reason": self.spec.unavailable[model],
-                        }
-                    )
-                continue
-            try:
-                states = await self.call(model, "state")
-            except Exception as err:
-                states = {"": {"state": "UNAVAILABLE", "reason": f"not deployed: {err}"}}
-            for version, state in sorted(states.items()):
-                if ready_only and state["state"] != "READY":
-                    continue
-                entry = {"name": model, "version": version} if version else {"name": model}
-                entry["state"] = state["state"]
-                if state["reason"]:  # Triton omits an empty reason
-                    entry["reason"] = state["reason"]
-                index.append(entry)
-        return index
+        return await self.repository.index(ready_only)
 
-    def model_control_error(self) -> InferenceServerError:
-        """Why a repository load / unload request is refused."""
-        if self.spec.model_control_mode != "explicit":
-            return InferenceServerError(
-                "explicit model load / unload is not allowed if polling is enabled",
-                StatusCode.UNAVAILABLE,
-            )
-        return InferenceServerError(
-            "model load / unload through the repository API is not supported yet; "
-            "redeploy with 'serve deploy' or 'rayton serve --load-model'",
-            StatusCode.UNSUPPORTED,
-        )
+    async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
+        """Triton's repository ``load``; errors as Triton answers them."""
+        try:
+            await self.repository.load(model, config, files)
+        finally:
+            await self.view(fresh=True)
 
-    def undeployed_model_error(
+    async def unload(self, model: str, unload_dependents: bool) -> None:
+        try:
+            await self.repository.unload(model, unload_dependents)
+        finally:
+            await self.view(fresh=True)
+
+    async def undeployed_model_error(
         self, model: str, version: str = "", action: str = ""
     ) -> InferenceServerError:
         """Triton's error for a request about a model without an application.
@@ -152,10 +173,13 @@ class ServerCore:
         """
         if action == "stats":  # core: no ready version is INVALID_ARG here, not NOT_FOUND
             return InferenceServerError(f"requested model '{model}' is not available")
-        if model in self.spec.unavailable:
+        reason = (await self.view(fresh=True)).unavailable.get(model)
+        if reason is not None:
             return InferenceServerError(
-                f"Request for unknown model: '{model}' is not ready: "
-                f"{self.spec.unavailable[model]}",
+                f"Request for unknown model: '{model}' is not ready: {reason}",
                 StatusCode.UNAVAILABLE,
             )
         return model_not_found(model, version)
+
+    async def is_unavailable(self, model: str) -> bool:
+        return model in (await self.view()).unavailable

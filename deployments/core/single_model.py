@@ -25,16 +25,17 @@ from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from repo_adapter.request_validation import RequestValidator, model_not_found, reshaped
+from repo_adapter.warmup import run_warmup
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class VersionRunner:
-    """A loaded version: its backend instance, batcher and statistics."""
+    """A loaded version: its backend instances, batcher and statistics."""
 
     version: int
-    backend: Backend
+    backends: list[Backend]
     batcher: DynamicBatcher
     statistics: VersionStatistics
 
@@ -48,10 +49,11 @@ class SingleModel:
         model_dir: Path,
         versions: Sequence[int],
         labels: dict[str, list[str]],
-        instance: InstanceSpec,
+        instance: InstanceSpec | Sequence[InstanceSpec],
         admission: AdmissionFactory | None = None,
     ) -> None:
-        """Load ``versions`` of the model in ``model_dir`` as ``instance``.
+        """Load ``versions`` of the model in ``model_dir`` as ``instance`` (or instances: each
+        loads every version and runs batches in parallel with the others).
 
         ``admission`` is the batcher's admission stage (``@serve.batch`` in a replica; None
         sends requests straight to the batch queue).
@@ -69,18 +71,25 @@ class SingleModel:
         self.runners: dict[int, VersionRunner] = {}
         self.errors: dict[int, str] = {}
         self._admission = admission
+        instances = [instance] if isinstance(instance, InstanceSpec) else list(instance)
         for version in versions:
-            self._load_version(ModelVersion(self.name, version, config, model_dir), instance)
+            self._load_version(ModelVersion(self.name, version, config, model_dir), instances)
 
-    def _load_version(self, model: ModelVersion, instance: InstanceSpec) -> None:
+    def _load_version(self, model: ModelVersion, instances: list[InstanceSpec]) -> None:
+        backends: list[Backend] = []
         try:
-            backend = backend_class(model.config.backend)(model, instance)
-            backend.load()
+            for instance in instances:
+                backend = backend_class(model.config.backend)(model, instance)
+                backends.append(backend)
+                backend.load()
+                run_warmup(backend, model.config, model.model_dir)  # ready once warmed up
         except InferenceServerError as err:
+            _unload_quietly(backends)
             self.errors[model.version] = err.message
             logger.error("failed to load '%s' version %d: %s", self.name, model.version, err)
             return
         except Exception as err:  # any exception from user or framework code
+            _unload_quietly(backends)
             self.errors[model.version] = f"{type(err).__name__}: {err}"
             logger.exception("failed to load '%s' version %d", self.name, model.version)
             return
@@ -88,11 +97,11 @@ class SingleModel:
         batcher = DynamicBatcher(
             f"{self.name}_{model.version}",
             self._policy,
-            backend.execute,
+            [backend.execute for backend in backends],
             statistics,
             self._admission,
         )
-        self.runners[model.version] = VersionRunner(model.version, backend, batcher, statistics)
+        self.runners[model.version] = VersionRunner(model.version, backends, batcher, statistics)
 
     # ------------------------------------------------------------------ lookups
 
@@ -212,8 +221,18 @@ class SingleModel:
     async def close(self) -> None:
         for runner in self.runners.values():
             await runner.batcher.close()
-            runner.backend.unload()
+            for backend in runner.backends:
+                backend.unload()
         self.runners.clear()
+
+
+def _unload_quietly(backends: list[Backend]) -> None:
+    """Unload backends of a version whose load or warmup failed (their errors are logged)."""
+    for backend in backends:
+        try:
+            backend.unload()
+        except Exception:
+            logger.exception("unloading a backend that failed to load")
 
 
 def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from deployments.core.server_core import ModelCalls, ServerCore, ServerSpec
+from deployments.core.server_core import ModelCalls, Repository, ServerCore
 from deployments.grpc.servicer import TritonGrpcServicer, add_servicer_to_server, health_handler
 
 logger = logging.getLogger(__name__)
@@ -36,9 +36,8 @@ _BIND_RETRY_S = 0.5
 
 @dataclass
 class GrpcSpec:
-    """What the gRPC replica needs: the scanned repository and where to listen."""
+    """Where the gRPC endpoint listens."""
 
-    server: ServerSpec
     host: str = "127.0.0.1"
     port: int = 8001
 
@@ -49,14 +48,18 @@ class GrpcSpec:
 
 
 async def start_grpc_server(
-    spec: GrpcSpec, models: ModelCalls, bind_wait_s: float = BIND_WAIT_S
+    spec: GrpcSpec,
+    models: ModelCalls,
+    repository: Repository,
+    bind_wait_s: float = BIND_WAIT_S,
 ) -> tuple[grpc.aio.Server, TritonGrpcServicer]:
     """A started ``grpc.aio`` server answering ``inference.GRPCInferenceService``.
 
-    ``models`` reaches the model deployments. Must run on the event loop that will serve it.
+    ``models`` reaches the model deployments, ``repository`` the repository's owner. Must run
+    on the event loop that will serve it.
     Raises RuntimeError when the address cannot be bound within ``bind_wait_s`` (port in use).
     """
-    servicer = TritonGrpcServicer(ServerCore(spec.server, models))
+    servicer = TritonGrpcServicer(ServerCore(models, repository))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + bind_wait_s
     while True:

@@ -85,9 +85,9 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # ------------------------------------------------------------------ model calls
 
-    def _require_deployed(self, model: str, version: str, action: str) -> None:
-        if not self.core.is_deployed(model):
-            raise self.core.undeployed_model_error(model, version, action)
+    async def _require_deployed(self, model: str, version: str, action: str) -> None:
+        if not await self.core.is_deployed(model):
+            raise await self.core.undeployed_model_error(model, version, action)
 
     async def _forward_infer(
         self, route: InferRoute, message: bytes, stream: bool = False
@@ -95,12 +95,12 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         """Send a request's wire bytes to its model's replicas; returns theirs."""
         # Triton's order: version string, then the model; the replica checks the contents.
         version = codec.parse_model_version(route.model_version)
-        self._require_deployed(route.model_name, version, "infer")
+        await self._require_deployed(route.model_name, version, "infer")
         return await self.core.infer_wire(route.model_name, message, stream)
 
     async def _model_call(self, model: str, version: str, method: str, action: str) -> Any:
         version = codec.parse_model_version(version)
-        self._require_deployed(model, version, action)
+        await self._require_deployed(model, version, action)
         return await self.core.call(model, method, version)
 
     # ------------------------------------------------------------------ health and metadata
@@ -118,7 +118,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # Core's TRITONSERVER_ServerModelIsReady: an unknown, unavailable or unloaded model or
         # version is "not ready", not an error (2.51, and again since core#508 in 26.07).
         version = codec.parse_model_version(request.version)
-        if not self.core.is_deployed(request.name):
+        if not await self.core.is_deployed(request.name):
             return pb.ModelReadyResponse(ready=False)
         ready = await self.core.call(request.name, "is_ready", version)
         return pb.ModelReadyResponse(ready=bool(ready))
@@ -127,7 +127,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context
     ) -> pb.ServerMetadataResponse:
-        return codec.server_metadata_response(self.core.server_metadata())
+        return codec.server_metadata_response(await self.core.server_metadata())
 
     @_rpc
     async def ModelMetadata(
@@ -224,7 +224,16 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise InferenceServerError(
                 f"invalid value type for load parameter '{key}', expected {expected}."
             )
-        raise self.core.model_control_error()
+        config = None
+        if "config" in request.parameters:
+            config = request.parameters["config"].string_param
+        files = {
+            key: value.bytes_param
+            for key, value in request.parameters.items()
+            if key.startswith("file:")
+        }
+        await self.core.load(request.model_name, config, files)
+        return pb.RepositoryModelLoadResponse()
 
     @_rpc
     async def RepositoryModelUnload(
@@ -236,7 +245,8 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise InferenceServerError(
                 "invalid value type for 'unload_dependents' parameter, expected bool_param."
             )
-        raise self.core.model_control_error()
+        await self.core.unload(request.model_name, bool(dependents and dependents.bool_param))
+        return pb.RepositoryModelUnloadResponse()
 
     # ------------------------------------------------------------------ not supported
 

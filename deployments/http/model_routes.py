@@ -59,8 +59,17 @@ class ModelHttpEndpoints:
     ) -> None:
         self.served = served
         self._statistics = statistics  # the model's totals over all its replicas
-        # A body with Inference-Header-Content-Length 0 is the raw bytes of the only input.
-        self._raw_input = RawInputSpec.from_model_config(served.config)
+        self._raw_input_for: tuple[Any, RawInputSpec | None] = (None, None)
+
+    def _raw_input(self) -> RawInputSpec | None:
+        """How a body with Inference-Header-Content-Length 0 (raw bytes of the only input)
+        decodes under the config serving now (it changes when the model reloads)."""
+        config = self.served.config
+        cached_config, spec = self._raw_input_for
+        if cached_config is not config:
+            spec = RawInputSpec.from_model_config(config)
+            self._raw_input_for = (config, spec)
+        return spec
 
     async def handle(self, request: Request) -> Response:
         route = split_model_path(request.url.path, self.served.name)
@@ -104,7 +113,7 @@ class ModelHttpEndpoints:
                 request.headers,
                 model_name=self.served.name,
                 model_version=version,
-                raw_input=self._raw_input,
+                raw_input=self._raw_input(),
             )
             response = await self.served.infer(infer_request)
             payload, headers = encode_infer_response(

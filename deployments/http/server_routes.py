@@ -8,6 +8,10 @@ with Triton's errors.
 
 from __future__ import annotations
 
+import base64
+import binascii
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -36,7 +40,7 @@ class ServerHttpEndpoints:
         core = self.core
         try:
             if path == "/v2":
-                return get_only(method) or json_response(core.server_metadata())
+                return get_only(method) or json_response(await core.server_metadata())
             if path == "/v2/health/live":
                 return get_only(method) or empty_response(200)
             if path == "/v2/health/ready":
@@ -49,7 +53,7 @@ class ServerHttpEndpoints:
             if path.startswith("/v2/repository/"):
                 return await self._repository(path, method, request)
             if path.startswith("/v2/models/"):
-                return self._unrouted_model(path)
+                return await self._unrouted_model(path)
         except InferenceServerError as err:
             return error_response(err)
         return json_response(NOT_FOUND, 404)
@@ -68,14 +72,70 @@ class ServerHttpEndpoints:
             return json_response(await self.core.repository_index(ready_only))
         parts = path.split("/")
         if len(parts) == 6 and parts[3] == "models" and parts[5] in ("load", "unload"):
-            raise self.core.model_control_error()
+            parameters = _parameters(await request.body())
+            if parts[5] == "load":
+                config, files = load_parameters(parameters)
+                await self.core.load(parts[4], config, files)
+            else:
+                await self.core.unload(parts[4], unload_dependents(parameters))
+            return empty_response(200)
         return json_response(NOT_FOUND, 404)
 
-    def _unrouted_model(self, path: str) -> Response:
+    async def _unrouted_model(self, path: str) -> Response:
         parts = [p for p in path.split("/") if p]
         model = parts[2] if len(parts) > 2 else ""
         version = parts[4] if len(parts) > 4 and parts[3] == "versions" else ""
         action = parts[-1] if len(parts) in (4, 6) else ""
-        if action == "ready" and model in self.core.spec.unavailable:
+        if action == "ready" and await self.core.is_unavailable(model):
             return json_response({"error": "Model version not ready"}, 400)
-        return error_response(self.core.undeployed_model_error(model, version, action))
+        return error_response(await self.core.undeployed_model_error(model, version, action))
+
+
+def _parameters(body: bytes) -> dict[str, Any]:
+    """The ``parameters`` object of a load / unload body (absent or empty body: none)."""
+    if not body:
+        return {}
+    try:
+        document = json_loads(body)
+    except ValueError:
+        raise InferenceServerError("failed to parse the request JSON buffer") from None
+    if not isinstance(document, dict):
+        raise InferenceServerError("failed to parse the request JSON buffer")
+    parameters = document.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise InferenceServerError("Unable to parse 'parameters'")
+    return parameters
+
+
+def load_parameters(parameters: dict[str, Any]) -> tuple[str | None, dict[str, bytes]]:
+    """``(config JSON or None, {"file:<path>": contents})`` of an HTTP load request."""
+    config = None
+    files: dict[str, bytes] = {}
+    for key, value in parameters.items():
+        if key == "config":
+            if not isinstance(value, str):
+                raise InferenceServerError(
+                    f"invalid value type for load parameter '{key}', expected string_param."
+                )
+            config = value
+        elif key.startswith("file:"):
+            if not isinstance(value, str):
+                raise InferenceServerError(
+                    f"invalid value type for load parameter '{key}', expected bytes_param."
+                )
+            try:  # HTTP carries file contents as base64 strings
+                files[key] = base64.b64decode(value, validate=True)
+            except binascii.Error:
+                raise InferenceServerError(f"load parameter '{key}' is not valid base64") from None
+        else:
+            raise InferenceServerError(f"unrecognized load parameter '{key}'.")
+    return config, files
+
+
+def unload_dependents(parameters: dict[str, Any]) -> bool:
+    value = parameters.get("unload_dependents", False)
+    if not isinstance(value, bool):
+        raise InferenceServerError(
+            "invalid value type for 'unload_dependents' parameter, expected bool_param."
+        )
+    return value

@@ -71,7 +71,6 @@ def _entries(case: str, paths: tuple[str, ...], reason: str, **pins: Any) -> lis
 # Extensions the reference lists and rayton does not implement yet, so does not advertise.
 UNIMPLEMENTED_EXTENSIONS = (
     "sequence",
-    "model_repository(unload_dependents)",
     "system_shared_memory",
     "cuda_shared_memory",
     "trace",

@@ -48,12 +48,11 @@ def servers(serve_cluster) -> Iterator[tuple[Server, Server]]:
     except ReferenceTritonError as err:
         reference.cleanup()
         pytest.skip(f"reference tritonserver cannot start on this platform: {err}")
-    apps: list[str] = []
     try:
         not_ready = [m for m in reference.repository_index() if m.get("state") != "READY"]
         assert not not_ready, f"the reference could not load the repository: {not_ready}"
         grpc_port = free_port()
-        apps = serve_cluster.deploy_repository(REPOSITORY, grpc_port=grpc_port)
+        serve_cluster.deploy_live(REPOSITORY, "none", grpc_port=grpc_port)  # as rayton serve
         wait_ready(serve_cluster.http_url)
         yield (
             Server("reference", reference.http_url.removeprefix("http://"), reference.grpc_url),
@@ -61,8 +60,7 @@ def servers(serve_cluster) -> Iterator[tuple[Server, Server]]:
         )
     finally:
         reference.cleanup()
-        if apps:
-            serve_cluster.delete(apps)
+        serve_cluster.delete_all()
 
 
 def wait_ready(http_url: str, timeout_s: float = 30.0) -> None:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,8 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             str(grpc_port),
             "--dashboard-port",
             str(free_port()),
+            "--model-control-mode",
+            "explicit",
             "--load-model",
             "add_sub",
             "--load-model",
@@ -119,10 +122,14 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         text=True,
     )
     url = f"127.0.0.1:{port}"
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True)
+    reader.start()
     try:
-        assert wait_until(
-            lambda: model_ready(url, "add_sub") and model_ready(url, "bytes_identity"), 240
-        ), "rayton serve never became ready"
+        assert wait_until(lambda: any(line.startswith("Ctrl-C") for line in lines), 240), (
+            "rayton serve never printed its start-up table"
+        )
+        assert model_ready(url, "add_sub") and model_ready(url, "bytes_identity")
         assert not ready(url)  # strict readiness: init_raises failed to load
         with httpclient.InferenceServerClient(url) as client:
             assert not client.is_model_ready("init_raises")
@@ -134,13 +141,16 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             inputs[0].set_data_from_numpy(big)
             assert client.infer("bytes_identity", inputs).as_numpy("OUT")[0, 0] == big[0, 0]
         server.send_signal(stop_signal)
-        output, _ = server.communicate(timeout=120)
+        server.wait(120)
+        reader.join(10)
+        output = "".join(lines)
         assert f"http://127.0.0.1:{port}" in output
         assert f"gRPC (Triton):              127.0.0.1:{grpc_port}" in output
         assert "Ray dashboard" in output
         rows = [line.split(None, 1) for line in output.splitlines() if line.startswith("  ")]
         table = {row[0]: row[1] for row in rows if len(row) == 2}
         assert table["add_sub"] == "READY"
+        assert table["image_classifier_onnx"] == "not loaded"  # explicit mode
         assert table["init_raises"].startswith("UNAVAILABLE: version 1: "), table
         assert wait_until(lambda: not session_pids(server.pid), 60), (
             f"processes left running: {session_pids(server.pid)}"

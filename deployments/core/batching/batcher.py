@@ -47,24 +47,28 @@ AdmissionFactory = Callable[[str, BatchPolicy, Enqueue], Admit]
 
 
 class DynamicBatcher:
-    """Queues requests of one model version and runs them on one instance in batches."""
+    """Queues requests of one model version and runs them in batches on its instances.
+
+    ``execute`` is one instance's execute function, or one per instance: each instance takes
+    the next batch whenever it is free, so instances of one model run batches in parallel.
+    """
 
     def __init__(
         self,
         name: str,
         policy: BatchPolicy,
-        execute: ExecuteFn,
+        execute: ExecuteFn | Sequence[ExecuteFn],
         statistics: VersionStatistics,
         admission: AdmissionFactory | None = None,
     ) -> None:
         self.name = name
         self.policy = policy
-        self._execute = execute
+        self._instances: list[ExecuteFn] = [execute] if callable(execute) else list(execute)
         self._statistics = statistics
         self._pending = PendingQueue(policy)
         self._queued_per_level: dict[int, int] = {}
         self._wakeup: asyncio.Event | None = None
-        self._executor_task: asyncio.Task | None = None
+        self._executor_tasks: list[asyncio.Task] = []
         self._admit: Admit | None = None
         if admission is not None and policy.batches_rows:
             self._admit = admission(name, policy, self._enqueue)
@@ -106,11 +110,15 @@ class DynamicBatcher:
         return await item.future
 
     def _ensure_executor(self) -> None:
-        if self._executor_task is None or self._executor_task.done():
-            self._wakeup = asyncio.Event()
-            self._executor_task = asyncio.create_task(
-                self._run_executor(), name=f"rayton-executor-{self.name}"
-            )
+        if self._executor_tasks and not any(t.done() for t in self._executor_tasks):
+            return
+        for task in self._executor_tasks:
+            task.cancel()
+        self._wakeup = asyncio.Event()
+        self._executor_tasks = [
+            asyncio.create_task(self._run_executor(execute), name=f"rayton-executor-{self.name}")
+            for execute in self._instances
+        ]
 
     def _enqueue(self, items: list[PendingRequest]) -> None:
         for item in items:
@@ -123,7 +131,7 @@ class DynamicBatcher:
         for item in items:
             self._queued_per_level[item.level] -= 1
 
-    async def _run_executor(self) -> None:
+    async def _run_executor(self, execute: ExecuteFn) -> None:
         assert self._wakeup is not None
         while True:
             now = time.monotonic()
@@ -139,12 +147,12 @@ class DynamicBatcher:
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
                 continue
             self._dequeued(decision.batch)
-            await self._run_batch(decision.batch)
+            await self._run_batch(decision.batch, execute)
             # Let the loop send the responses and admit what arrived during the execution
             # (it may have run inline) before the next batch is formed.
             await asyncio.sleep(0)
 
-    async def _run_batch(self, batch: list[PendingRequest]) -> None:
+    async def _run_batch(self, batch: list[PendingRequest], execute: ExecuteFn) -> None:
         batch = [item for item in batch if not item.future.done()]  # cancelled by the caller
         if not batch:
             return
@@ -152,7 +160,7 @@ class DynamicBatcher:
         requests = [item.request for item in batch]
         infer_start_ns = time.monotonic_ns()
         try:
-            results = list(await self._execute(requests))
+            results = list(await execute(requests))
             if len(results) != len(batch):
                 raise InferenceServerError(
                     f"backend returned {len(results)} responses for {len(batch)} requests",
@@ -183,8 +191,8 @@ class DynamicBatcher:
 
     async def close(self) -> None:
         """Stop the executor and fail whatever is still queued."""
-        if self._executor_task is not None:
-            self._executor_task.cancel()
+        for task in self._executor_tasks:
+            task.cancel()
         for item in self._pending.drain():
             _resolve(item, InferenceServerError("model is unloading", StatusCode.UNAVAILABLE))
 

@@ -18,6 +18,7 @@ from repo_adapter.backends import InstanceSpec
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferTensor, RequestedOutput
 from repo_adapter.repository import scan_model
+from tests.support.live_models import write_warm_model
 
 REPOSITORY = Path(__file__).parents[1] / "model_repository"
 PYTHON_MODELS = Path(__file__).parents[2] / "repo_adapter" / "backends" / "python_models"
@@ -116,3 +117,17 @@ async def test_a_version_that_fails_to_load_is_unavailable_with_its_reason(tmp_p
 async def test_close_unloads_every_version(recorder):
     await recorder.close()
     assert not recorder.is_ready()
+
+
+async def test_a_version_is_ready_only_after_its_warmup_and_fails_with_it(tmp_path):
+    good = scan_model(write_warm_model(tmp_path / "good"))
+    model = SingleModel(good.config, good.path, good.versions, {}, InstanceSpec.cpu("warm"))
+    assert model.ready_versions == [1]
+    assert len((good.path / "calls.jsonl").read_text().splitlines()) == 3  # warmed before ready
+    await model.close()
+
+    bad = scan_model(write_warm_model(tmp_path / "bad", fail_on_zeros=True))
+    failed = SingleModel(bad.config, bad.path, bad.versions, {}, InstanceSpec.cpu("warm"))
+    assert failed.ready_versions == []
+    (state,) = failed.state().values()
+    assert state["state"] == "UNAVAILABLE" and "warmup 'zeros'" in state["reason"]

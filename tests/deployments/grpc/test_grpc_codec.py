@@ -369,28 +369,31 @@ def test_metadata_statistics_and_index_convert():
 # ----------------------------------------------------------------------------- the server
 
 
-async def test_grpc_server_starts_answers_and_refuses_a_busy_port():
-    from deployments.apps.handles import ModelHandles
-    from deployments.core.server_core import ServerSpec
+async def test_grpc_server_starts_answers_and_refuses_a_busy_port(tmp_path):
     from deployments.grpc.server import GrpcSpec, start_grpc_server
+    from tests.support.in_process import InProcessRepository
     from tests.support.ports import free_port
 
-    spec = GrpcSpec(
-        ServerSpec(repository="r", deployed=[], unavailable={"b": "bad"}), port=free_port()
-    )
-    server, _ = await start_grpc_server(spec, ModelHandles())  # no model is ever called
+    (tmp_path / "b" / "1").mkdir(parents=True)
+    (tmp_path / "b" / "config.pbtxt").write_text('backend: "python"\nbad: 1\n')
+    repository = InProcessRepository(tmp_path)
+    with pytest.raises(InferenceServerError, match="load failed for model 'b'"):
+        await repository.load("b")
+    spec = GrpcSpec(port=free_port())
+    server, _ = await start_grpc_server(spec, repository, repository)
     try:
         async with aiogrpcclient.InferenceServerClient(spec.address) as client:
             assert await client.is_server_live()
             assert not await client.is_server_ready()  # 'b' failed: strict readiness
             assert not await client.is_model_ready("b")
-            with pytest.raises(InferenceServerException, match="is not ready: bad"):
+            with pytest.raises(InferenceServerException, match=r"is not ready: .*bad"):
                 await client.get_model_metadata("b")
             with pytest.raises(InferenceServerException, match="unknown model"):
                 await client.get_model_config("nope")
-            index = await client.get_model_repository_index(as_json=True)
-            assert index["models"] == [{"name": "b", "state": "UNAVAILABLE", "reason": "bad"}]
+            (entry,) = (await client.get_model_repository_index(as_json=True))["models"]
+            assert entry["name"] == "b" and entry["state"] == "UNAVAILABLE"
+            assert "bad" in entry["reason"]
         with pytest.raises(RuntimeError, match="cannot listen for gRPC"):
-            await start_grpc_server(spec, ModelHandles(), bind_wait_s=0.2)
+            await start_grpc_server(spec, repository, repository, bind_wait_s=0.2)
     finally:
         await server.stop(None)

@@ -31,9 +31,9 @@ def server(serve_cluster, example_repository, tmp_path_factory):
     # A model that fails to load must not stop the others.
     (repository / "broken").mkdir()
     (repository / "broken" / "config.pbtxt").write_text('backend: "python" max_batch_size: x')
-    apps = serve_cluster.deploy_repository(repository)
+    serve_cluster.deploy_live(repository, "none")  # as rayton serve (gRPC tests: a Serve config)
     yield serve_cluster
-    serve_cluster.delete(apps)
+    serve_cluster.delete_all()
 
 
 @pytest.fixture

@@ -181,3 +181,21 @@ async def test_close_fails_what_is_still_queued():
         await queued
     assert err.value.code == StatusCode.UNAVAILABLE
     busy.cancel()
+
+
+async def test_several_instances_run_batches_in_parallel():
+    first, second = Model(), Model()
+    first.release.clear()
+    second.release.clear()
+    statistics = VersionStatistics("m", "1")
+    run = DynamicBatcher("m_1", policy(), [first.execute, second.execute], statistics)
+    one = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0.01)  # the first free instance holds it
+    two = asyncio.ensure_future(run.submit(request(2), 2))
+    await asyncio.sleep(0.01)
+    assert sorted(first.executions + second.executions) == [[1], [2]]  # both busy at once
+    assert first.executions and second.executions
+    first.release.set()
+    second.release.set()
+    assert [r.outputs[0].data.shape[0] for r in await asyncio.gather(one, two)] == [1, 2]
+    await run.close()

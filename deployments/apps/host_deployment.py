@@ -1,0 +1,167 @@
+"""The shared model host: one Serve application whose replicas each serve many CPU models.
+
+Route ``/v2/models``: the proxy sends it every model path no dedicated model application
+(``/v2/models/<name>``, the longer prefix) claims, so a hosted model's requests reach the
+replica that runs it in one hop, as a dedicated model's do. Paths of models it does not host
+(``/v2/models/stats``, unknown or unavailable models) get the server's answers
+(:class:`ServerHttpEndpoints`). Other deployments reach a hosted model through
+``model_call`` (:class:`deployments.apps.handles.ModelHandles` routes there).
+
+The hosted set arrives as ``user_config`` from the repository controller, so adding, reloading
+or removing a model reconfigures the running replicas in place (:class:`ModelHost`). Each
+hosted model runs its instance group's ``count`` instances in every host replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+from tritonclient.grpc import model_config_pb2 as mc
+
+from deployments.apps.batch_admission import serve_batch_admission
+from deployments.apps.bls import install_bls
+from deployments.apps.ensemble_deployment import EnsembleSpec
+from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, ModelHandles
+from deployments.apps.model_deployment import ModelSpec
+from deployments.apps.repository_access import ControllerRepository
+from deployments.core.ensemble_model import EnsembleModel
+from deployments.core.model_host import ModelHost
+from deployments.core.served_model import ServedModel
+from deployments.core.server_core import ServerCore
+from deployments.core.single_model import SingleModel
+from deployments.core.statistics import merge_entries
+from deployments.grpc.model_infer import infer_serialized
+from deployments.http.model_routes import ModelHttpEndpoints
+from deployments.http.server_routes import ServerHttpEndpoints
+from repo_adapter.backends import InstanceSpec
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import InferRequest, InferResponse
+
+HOST_ROUTE_PREFIX = "/v2/models"
+_STATISTICS_TIMEOUT_S = 10.0
+__all__ = ["HOST_APP_NAME", "HOST_DEPLOYMENT_NAME", "TritonModelHost", "hosted_entry"]
+# What other deployments may call on a hosted model (``model_call``).
+_SLOT_METHODS = ("metadata", "model_config", "is_ready", "state", "local_statistics")
+
+
+def hosted_entry(spec: ModelSpec | EnsembleSpec) -> dict[str, Any]:
+    """One model of the host's ``user_config``."""
+    kind = "ensemble" if isinstance(spec, EnsembleSpec) else "model"
+    return {"kind": kind, "spec": spec.to_user_config()}
+
+
+def instance_count(config: mc.ModelConfig) -> int:
+    """Instances Triton runs for a CPU model: the sum of its groups' counts (at least one)."""
+    return max(sum(max(group.count, 1) for group in config.instance_group), 1)
+
+
+@serve.deployment
+class TritonModelHost:
+    """Serves the hosted models over HTTP and to other deployments (``model_call``)."""
+
+    def __init__(self) -> None:
+        install_bls()  # hosted python models make BLS calls like dedicated ones
+        self.host = ModelHost()
+        self._members = ModelHandles()
+        self._endpoints: dict[str, ModelHttpEndpoints] = {}
+        self._server = ServerHttpEndpoints(ServerCore(ModelHandles(), ControllerRepository()))
+        self._started = False
+
+    # ------------------------------------------------------------------ the hosted set
+
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        wanted = {name: self._builder(name, entry) for name, entry in user_config["models"].items()}
+        # Endpoints first: a model's routes exist (answering "not ready") while it loads.
+        await self.host.apply(wanted, wait=not self._started)
+        self._started = True
+        self._endpoints = {
+            name: ModelHttpEndpoints(self.host.slot(name), self._statistics_of(name))
+            for name in wanted
+        }
+
+    def _builder(self, name: str, entry: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
+        if entry["kind"] == "ensemble":
+            ensemble = EnsembleSpec.from_user_config(entry["spec"])
+            config = mc.ModelConfig()
+            config.ParseFromString(ensemble.config_bytes)
+
+            def load_ensemble() -> ServedModel:
+                return EnsembleModel(config, ensemble.versions, ensemble.labels, self._call_member)
+
+            return ensemble.generation, load_ensemble
+        spec = ModelSpec.from_user_config(entry["spec"])
+
+        def load_model() -> ServedModel:
+            config = spec.config()
+            instances = [
+                InstanceSpec(name=f"{spec.group_name}_{i}", kind="CPU", device_id=0)
+                for i in range(instance_count(config))
+            ]
+            return SingleModel(
+                config,
+                Path(spec.model_dir),
+                spec.versions,
+                spec.labels,
+                instances,
+                admission=serve_batch_admission,
+            )
+
+        return spec.generation, load_model
+
+    async def _call_member(self, request: InferRequest) -> InferResponse:
+        slot = self.host.slots.get(request.model_name)
+        if slot is not None and slot.is_ready():
+            return await slot.infer(request)  # a member in this process: no hop
+        return await self._members.call(request.model_name, "infer", request)
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def __call__(self, request: Request) -> Response:
+        parts = request.url.path.split("/", 4)  # "", "v2", "models", name, rest
+        endpoints = self._endpoints.get(parts[3]) if len(parts) > 3 else None
+        if endpoints is None:
+            return await self._server.handle(request)
+        return await endpoints.handle(request)
+
+    # ------------------------------------------------------------------ handle methods
+
+    async def model_call(self, model: str, method: str, *args: Any) -> Any:
+        """``method`` of hosted ``model`` (what a dedicated deployment's handle offers)."""
+        slot = self.host.slot(model)
+        if method == "infer":
+            return await slot.infer(*args)
+        if method == "infer_grpc":
+            return await infer_serialized(slot.infer, *args)
+        if method == "statistics":
+            return await self._statistics_of(model)(*args)
+        if method == "slot_status":
+            return slot.status().to_dict()
+        if method not in _SLOT_METHODS:
+            raise InferenceServerError(f"unknown model method '{method}'", StatusCode.INTERNAL)
+        if method == "local_statistics":
+            return slot.statistics(*args)
+        return getattr(slot, method)(*args)
+
+    def hosted_statuses(self) -> dict[str, dict]:
+        """Every hosted model's slot status in this replica (for the controller)."""
+        return self.host.statuses()
+
+    def _statistics_of(self, model: str) -> Callable[..., Any]:
+        async def statistics(version: str = "") -> list[dict[str, Any]]:
+            """The model's statistics summed over every host replica."""
+            context = serve.get_replica_context()
+            handle = serve.get_deployment_handle(context.deployment, context.app_name)
+            per_replica = await handle.broadcast(
+                "model_call", model, "local_statistics", version
+            ).results_async(timeout_s=_STATISTICS_TIMEOUT_S)
+            return merge_entries([entry for entries in per_replica for entry in entries])
+
+        return statistics
+
+    async def __del__(self) -> None:
+        await self.host.close()

@@ -1,0 +1,165 @@
+"""Model applications on Serve: deploy, reconfigure, delete, and wait until a change took.
+
+Used by the repository controller only. Serve's client calls block, so they run in worker
+threads; one status snapshot is shared by every wait in flight (40 models loading at once ask
+Serve once per poll, not 40 times).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ray import serve
+from ray.serve.api import RunTarget
+from ray.serve.handle import DeploymentHandle
+
+from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME
+
+logger = logging.getLogger(__name__)
+
+# Serve logs a line per request by default: measurable CPU on the request path.
+ACCESS_LOG_OFF = {"enable_access_log": False}
+_POLL_S = 0.5
+_STATUS_TIMEOUT_S = 10.0
+_FAILED = ("DEPLOY_FAILED", "UNHEALTHY")
+
+
+@dataclass
+class LoadOutcome:
+    """How a deploy ended: the replicas' version states, or why it failed."""
+
+    ok: bool
+    versions: dict[str, dict[str, str]]
+    reason: str = ""
+
+
+class ServeModelApps:
+    """Applies model changes to Serve, one application per model (named after it)."""
+
+    def __init__(self) -> None:
+        self._status: Any = None
+        self._status_at = 0.0
+        self._status_lock = asyncio.Lock()
+
+    async def deploy(self, targets: list[tuple[str, Any, str]]) -> None:
+        """Deploy (or update) ``(name, application, route prefix)`` without waiting."""
+        if not targets:
+            return
+        runs = [
+            RunTarget(app, name=name, route_prefix=route, logging_config=ACCESS_LOG_OFF)
+            for name, app, route in targets
+        ]
+        await asyncio.to_thread(serve._run_many, runs, wait_for_applications_running=False)
+
+    async def delete(self, name: str) -> None:
+        await asyncio.to_thread(serve.delete, name, _blocking=False)
+
+    async def app_status(self, name: str) -> tuple[str, str]:
+        """``(status, message)`` of application ``name``; ``("", "")`` when Serve has none."""
+        status = await self._snapshot()
+        app = status.applications.get(name)
+        if app is None:
+            return "", ""
+        messages = [app.message] if app.message else []
+        for deployment in app.deployments.values():
+            if deployment.message:
+                messages.append(deployment.message)
+        return str(app.status.value if hasattr(app.status, "value") else app.status), " ".join(
+            messages
+        )
+
+    async def _snapshot(self) -> Any:
+        async with self._status_lock:
+            if self._status is None or time.monotonic() - self._status_at > _POLL_S / 2:
+                self._status = await asyncio.to_thread(serve.status)
+                self._status_at = time.monotonic()
+            return self._status
+
+    async def slot_statuses(self, name: str) -> list[dict[str, Any]]:
+        """Every replica's :meth:`ServedModelDeployment.slot_status` (empty if unreachable)."""
+        try:
+            handle: DeploymentHandle = serve.get_deployment_handle(name, app_name=name)
+            return await handle.broadcast("slot_status").results_async(timeout_s=_STATUS_TIMEOUT_S)
+        except Exception as err:  # replicas starting or stopping
+            logger.debug("no slot status from '%s': %s", name, err)
+            return []
+
+    async def hosted_statuses(self, model: str) -> list[dict[str, Any] | None]:
+        """``model``'s slot status in every replica of the shared host (None: not there)."""
+        try:
+            handle: DeploymentHandle = serve.get_deployment_handle(
+                HOST_DEPLOYMENT_NAME, app_name=HOST_APP_NAME
+            )
+            per_replica = await handle.broadcast("hosted_statuses").results_async(
+                timeout_s=_STATUS_TIMEOUT_S
+            )
+        except Exception as err:  # replicas starting or stopping
+            logger.debug("no hosted statuses: %s", err)
+            return []
+        return [statuses.get(model) for statuses in per_replica]
+
+    async def wait_loaded(
+        self, name: str, generation: str | None, timeout_s: float, hosted: bool = False
+    ) -> LoadOutcome:
+        """Wait until every replica serves ``generation`` of ``name`` (None: any) or fails.
+
+        ``hosted``: ``name`` is a model of the shared host, whose replicas are checked.
+        """
+        app = HOST_APP_NAME if hosted else name
+        deadline = time.monotonic() + timeout_s
+        message = ""
+        while time.monotonic() < deadline:
+            status, message = await self.app_status(app)
+            if status in _FAILED:
+                return LoadOutcome(False, {}, message or f"application {status}")
+            if status == "RUNNING":
+                replicas = await (
+                    self.hosted_statuses(name) if hosted else self.slot_statuses(name)
+                )
+                outcome = _settled(replicas, generation)
+                if outcome is not None:
+                    return outcome
+            await asyncio.sleep(_POLL_S)
+        return LoadOutcome(
+            False, {}, f"not ready after {timeout_s:g} s" + (f": {message}" if message else "")
+        )
+
+    async def wait_unhosted(self, name: str, timeout_s: float) -> bool:
+        """Wait until no replica of the shared host has ``name`` any more."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not any(await self.hosted_statuses(name)):
+                return True
+            await asyncio.sleep(_POLL_S)
+        return False
+
+    async def wait_deleted(self, name: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status, _ = await self.app_status(name)
+            if not status:
+                return True
+            await asyncio.sleep(_POLL_S)
+        return False
+
+
+def _settled(replicas: list[dict[str, Any] | None], generation: str | None) -> LoadOutcome | None:
+    """The outcome once every replica serves ``generation`` or gave up on it; else None."""
+    if not replicas or any(replica is None for replica in replicas):
+        return None
+    versions: dict[str, dict[str, str]] = {}
+    for replica in replicas:
+        assert replica is not None
+        wanted = generation if generation is not None else replica["target"]
+        if replica["target"] != wanted:
+            return None  # not reconfigured yet
+        if replica["error"]:
+            return LoadOutcome(False, replica["versions"], replica["error"])
+        if replica["generation"] != wanted:
+            return None  # still loading beside the serving generation
+        versions = replica["versions"]
+    return LoadOutcome(True, versions)

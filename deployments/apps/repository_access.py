@@ -1,0 +1,41 @@
+"""The repository controller as the frontends reach it: a :class:`Repository` over its handle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+
+from deployments.core.server_core import RepositoryView
+
+# The controller's deployment and application (it lives in the server application).
+CONTROLLER_APP_NAME = "rayton-server"
+CONTROLLER_DEPLOYMENT_NAME = "repository"
+_VIEW_TIMEOUT_S = 10.0
+
+
+class ControllerRepository:
+    """:class:`~deployments.core.server_core.Repository` on the controller's deployment handle."""
+
+    def __init__(self, handle: Any = None) -> None:
+        self._handle = handle  # None: looked up by name on first use
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            self._handle = serve.get_deployment_handle(
+                CONTROLLER_DEPLOYMENT_NAME, app_name=CONTROLLER_APP_NAME
+            )
+        return self._handle
+
+    async def view(self) -> RepositoryView:
+        return await self.handle.view.remote()
+
+    async def index(self, ready_only: bool) -> list[dict[str, Any]]:
+        return await self.handle.index.remote(ready_only)
+
+    async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
+        await self.handle.load.remote(model, config, files)
+
+    async def unload(self, model: str, unload_dependents: bool) -> None:
+        await self.handle.unload.remote(model, unload_dependents)

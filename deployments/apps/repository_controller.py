@@ -1,0 +1,368 @@
+"""The repository controller: the one owner of what the server serves, as a Serve deployment.
+
+It holds the :class:`~repo_adapter.live_repository.LiveRepository` (the Ray-free state) and
+applies its changes to Serve through :class:`~deployments.apps.model_apps.ServeModelApps`. The
+server's HTTP routes, the gRPC frontend and ``rayton serve`` ask it for the repository index,
+the served models and the reasons of unavailable ones, and send it ``load`` / ``unload``.
+
+Two ways to own the model applications, never mixed (Serve does not stop an imperative deploy
+from overwriting an application a config owns, nor the reverse):
+
+* ``deploy_models=True`` (``rayton serve``): the controller deploys the model applications
+  itself, in every control mode: ``none`` and ``poll`` load the whole repository (``poll``
+  then reloads what changes on disk every ``poll_secs``), ``explicit`` loads ``load_models``
+  and then what the repository API asks for.
+* ``deploy_models=False`` (``serve run`` / ``serve deploy`` of a ``rayton build`` config): the
+  config owns them and the controller only watches them; ``load`` / ``unload`` answer that the
+  config is where models change. Only ``model_control_mode: none`` is accepted there.
+
+Reloads keep serving: a changed model reaches its running replicas as a new ``user_config``
+generation that loads beside the serving one (:mod:`deployments.core.model_slot`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ray import serve
+
+from cluster.placement import placement_for
+from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
+from deployments.apps.host_deployment import HOST_APP_NAME, HOST_ROUTE_PREFIX
+from deployments.apps.model_apps import LoadOutcome, ServeModelApps
+from deployments.core.server_core import CONFIG_OWNED_PREFIX, RepositoryView
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.live_repository import LiveRepository, load_failed_error
+from repo_adapter.repository import RepositoryModel
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_POLL_SECS = 15.0
+# A model whose replicas are not all up by then is UNAVAILABLE (its application is removed).
+DEFAULT_LOAD_TIMEOUT_S = 300.0
+_UNLOAD_TIMEOUT_S = 120.0
+
+NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
+CONFIG_OWNED = (
+    f"{CONFIG_OWNED_PREFIX} (serve run / serve deploy): change the config and deploy it "
+    "again, or serve the repository with 'rayton serve --model-control-mode explicit' to load "
+    "and unload models through this API"
+)
+
+
+@dataclass
+class ControllerSpec:
+    """How the controller runs: see the module docstring."""
+
+    repository: str
+    model_control_mode: str = "none"
+    load_models: list[str] | None = None  # explicit mode at start-up; None or ["*"]: all
+    poll_secs: float = DEFAULT_POLL_SECS
+    deploy_models: bool = False
+    load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S
+    strict_readiness: bool = True
+    models: list[str] | None = None  # a config's model selection (deploy_models=False)
+    share_cpu_models: bool = True  # CPU models in the shared host (deploy_models=True only)
+    file_override_dir: str | None = None  # where file: load parameters go; None refuses them
+
+
+@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
+class RepositoryController:
+    """Owns the repository state and applies it to Serve (one replica, by design)."""
+
+    def __init__(self, spec: ControllerSpec) -> None:
+        self.spec = spec
+        self.repository = LiveRepository(spec.repository, cluster_gpu_ids(), spec.file_override_dir)
+        self.apps = ServeModelApps()
+        self._changes = asyncio.Lock()  # one repository change at a time
+        self._started = False
+        self._unplaceable: set[str] = set()
+        self._hosted: dict[str, dict] = {}  # the shared host's models (its user_config)
+        self._tasks = [asyncio.get_event_loop().create_task(self._run())]
+
+    # ------------------------------------------------------------------ start-up and poll
+
+    def _startup_models(self) -> list[str]:
+        spec = self.spec
+        names = self.repository.model_names()
+        if spec.models is not None:
+            return [n for n in names if n in spec.models]
+        if spec.model_control_mode == "explicit":
+            wanted = spec.load_models or []
+            return names if "*" in wanted else [n for n in names if n in wanted]
+        return names
+
+    async def _run(self) -> None:
+        try:
+            async with self._changes:
+                await self._load_many(self._startup_models(), deploy=self.spec.deploy_models)
+        except Exception:
+            logger.exception("loading the repository failed")
+        self._started = True
+        if self.spec.model_control_mode == "poll" and self.spec.deploy_models:
+            while True:
+                await asyncio.sleep(self.spec.poll_secs)
+                try:
+                    await self.poll()
+                except Exception:
+                    logger.exception("polling the repository failed")
+
+    async def poll(self) -> dict[str, str]:
+        """Apply what changed on disk since the last poll: loads, reloads, unloads."""
+        async with self._changes:
+            changes = await asyncio.to_thread(self.repository.changed_since_served)
+            loads = [n for n, change in changes.items() if change == "load"]
+            for name in (n for n, change in changes.items() if change == "unload"):
+                await self._unload_one(name)
+            await self._load_many(loads, deploy=True)
+            self.repository.forget_removed()
+            return changes
+
+    async def _load_many(
+        self,
+        names: list[str],
+        deploy: bool,
+        config: str | None = None,
+        files: dict[str, bytes] | None = None,
+        strict: bool = False,
+    ) -> None:
+        """Load ``names``: models first, then ensembles (whose members must have loaded).
+
+        ``config`` is the override of a single ``load``; ``strict`` raises what a repository
+        API ``load`` answers (unknown model) instead of logging it.
+        """
+        plans: dict[str, RepositoryModel] = {}
+        for name in names:
+            try:
+                plan = await asyncio.to_thread(self.repository.plan_load, name, config, files)
+            except InferenceServerError as err:
+                if strict:
+                    raise
+                logger.error("cannot load '%s': %s", name, err)
+                continue
+            if config is not None:
+                self.repository.records[name].override = config
+            for model in plan.models:
+                plans.setdefault(model.name, model)
+        await self._apply([m for m in plans.values() if not m.is_ensemble], deploy)
+        ensembles = [m for m in plans.values() if m.is_ensemble]
+        for ensemble in ensembles:  # nested ensembles: members listed before their users
+            self._check_members(ensemble)
+        await self._apply(ensembles, deploy)
+
+    def _check_members(self, ensemble: RepositoryModel) -> None:
+        """Triton fails an ensemble whose member did not load, naming the member's error."""
+        if not ensemble.available:
+            return
+        for member in self.repository.members_of(ensemble):
+            record = self.repository.records.get(member)
+            if record is None or record.served is not None or not record.error:
+                continue
+            failure = load_failed_error(member, record.failed_versions, record.error).message
+            ensemble.error = (
+                f"ensemble '{ensemble.name}' depends on '{member}' which has no loaded version. "
+                f"Model '{member}' loading failed with error: {failure}"
+            )
+            return
+
+    # ------------------------------------------------------------------ applying changes
+
+    def _hosts(self, model: RepositoryModel) -> bool:
+        """Whether ``model`` runs in the shared host (a CPU model, when sharing is on)."""
+        if not (self.spec.deploy_models and self.spec.share_cpu_models):
+            return False
+        placement = placement_for(model.config)
+        options = placement.ray_actor_options
+        return placement.instance_kind == "CPU" and not options.get("num_gpus")
+
+    async def _apply(self, models: list[RepositoryModel], deploy: bool) -> None:
+        """Deploy ``models`` together and wait for each one's outcome."""
+        from deployments.apps.builders import (
+            host_application,
+            hosted_model_entry,
+            model_application,
+        )
+
+        nodes = await asyncio.to_thread(node_resources)
+        targets, waits = [], []
+        host_changed = False
+        for model in models:
+            generation = self.repository.begin_load(model)
+            if not model.available:
+                if model.needs_device:
+                    self._unplaceable.add(model.name)
+                self.repository.load_failed(model.name, model.error)
+                continue
+            reason = unplaceable_reason(placement_for(model.config).ray_actor_options, nodes)
+            if reason:
+                self._unplaceable.add(model.name)
+                self.repository.load_failed(model.name, reason)
+                continue
+            self._unplaceable.discard(model.name)
+            hosted = deploy and self._hosts(model)
+            if hosted:
+                self._hosted[model.name] = hosted_model_entry(model, generation)
+                host_changed = True
+            elif deploy:
+                route = f"/v2/models/{model.name}"
+                targets.append((model.name, model_application(model, generation), route))
+            waits.append((model, generation if deploy else None, hosted))
+        if host_changed:
+            targets.append((HOST_APP_NAME, host_application(self._hosted), HOST_ROUTE_PREFIX))
+        if targets:
+            try:
+                await self.apps.deploy(targets)
+            except Exception as err:
+                logger.exception("deploying failed")
+                for model, _, _ in waits:
+                    self.repository.load_failed(model.name, f"deploying failed: {err}")
+                return
+        await asyncio.gather(*(self._settle(*wait) for wait in waits))
+
+    async def _settle(self, model: RepositoryModel, generation: str | None, hosted: bool) -> None:
+        record = self.repository.records[model.name]
+        was_serving = record.served is not None
+        outcome: LoadOutcome = await self.apps.wait_loaded(
+            model.name, generation, self.spec.load_timeout_s, hosted=hosted
+        )
+        if outcome.ok and _any_ready(outcome.versions):
+            self.repository.load_succeeded(model.name, generation or "", outcome.versions)
+            await self._drop_other_home(model.name, hosted)
+            return
+        reason = outcome.reason or _version_reasons(outcome.versions)
+        failed = {v: s for v, s in outcome.versions.items() if s["state"] != "READY"}
+        self.repository.load_failed(model.name, reason, failed)
+        if not was_serving and self.spec.deploy_models:
+            await self._remove_deployment(model.name, hosted)  # nothing to keep: free it
+
+    async def _drop_other_home(self, name: str, hosted: bool) -> None:
+        """A model that moved (hosted <-> dedicated) stops being served where it was."""
+        if hosted:
+            status, _ = await self.apps.app_status(name)
+            if status:
+                await self.apps.delete(name)
+        elif name in self._hosted:
+            await self._remove_deployment(name, hosted=True)
+
+    async def _remove_deployment(self, name: str, hosted: bool) -> None:
+        from deployments.apps.builders import host_application
+
+        if not hosted:
+            await self.apps.delete(name)
+            await self.apps.wait_deleted(name, _UNLOAD_TIMEOUT_S)
+            return
+        if self._hosted.pop(name, None) is None:
+            return
+        route = HOST_ROUTE_PREFIX
+        await self.apps.deploy([(HOST_APP_NAME, host_application(self._hosted), route)])
+        await self.apps.wait_unhosted(name, _UNLOAD_TIMEOUT_S)
+
+    async def _unload_one(self, name: str) -> None:
+        record = self.repository.records.get(name)
+        if record is None or record.served is None:
+            return
+        self.repository.begin_unload(name)
+        await self._remove_deployment(name, hosted=name in self._hosted)
+        self.repository.unload_finished(name)
+
+    # ------------------------------------------------------------------ repository API
+
+    def _refusal(self) -> str:
+        if not self.spec.deploy_models:
+            return CONFIG_OWNED
+        if self.spec.model_control_mode != "explicit":
+            return NOT_ALLOWED
+        return ""
+
+    async def load(
+        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Triton's ``load``: load ``name`` (an ensemble with its members), or reload it.
+
+        ``config`` (a ModelConfig as JSON) replaces ``config.pbtxt`` from now on, as in
+        Triton; a load without it keeps an earlier override.
+        """
+        refusal = self._refusal()
+        if refusal:
+            raise InferenceServerError(refusal, StatusCode.UNAVAILABLE)
+        async with self._changes:
+            await self._load_many([name], deploy=True, config=config, files=files, strict=True)
+            record = self.repository.records[name]
+            if record.error:
+                raise load_failed_error(name, record.failed_versions, record.error)
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Triton's ``unload``: stop serving ``name`` and every ensemble that uses it.
+
+        ``unload_dependents`` also unloads what ``name`` uses (an ensemble's members). An
+        unknown or unloaded model is not an error, as in Triton.
+        """
+        refusal = self._refusal()
+        if refusal:
+            raise InferenceServerError(refusal, StatusCode.UNAVAILABLE)
+        async with self._changes:
+            names = [*self.repository.dependents_of(name), name]
+            if unload_dependents:
+                names += self.repository.uses_of(name)
+            await asyncio.gather(*(self._unload_one(n) for n in dict.fromkeys(names)))
+
+    # ------------------------------------------------------------------ views
+
+    async def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Triton's repository index, with each served model's versions fresh from its replicas."""
+        await self._refresh_versions()
+        self.repository.refresh_names()
+        return self.repository.index(ready_only)
+
+    async def _refresh_versions(self) -> None:
+        records = self.repository.records
+        served = [n for n in self.repository.served_names() if not records[n].pending]
+
+        async def refresh(name: str) -> None:
+            replicas = await self.apps.slot_statuses(name)
+            if replicas:
+                self.repository.set_versions(name, replicas[0]["versions"])
+
+        await asyncio.gather(*(refresh(n) for n in served))
+
+    def view(self) -> RepositoryView:
+        repository = self.repository
+        unavailable = {}
+        for name in repository.records:
+            reason = repository.unavailable_reason(name)
+            if reason is not None:
+                unavailable[name] = reason
+        loading = any(r.pending for r in repository.records.values())
+        ready = self._started and not loading
+        if self.spec.strict_readiness:
+            # Triton's strict readiness: a model that failed to load makes the server not
+            # ready. One this cluster has no hardware for does not: readiness probes would
+            # restart the server forever over a placement fact (its reason is in the index).
+            failed = [
+                n
+                for n, r in repository.records.items()
+                if r.served is None and r.error and n not in self._unplaceable
+            ]
+            ready = ready and not failed
+        return RepositoryView(
+            served=repository.served_names(),
+            unavailable=unavailable,
+            ready=ready,
+            control=self._refusal(),
+        )
+
+    def started(self) -> bool:
+        """Whether the start-up loads all finished (each model READY or UNAVAILABLE)."""
+        return self._started
+
+
+def _any_ready(versions: dict[str, dict[str, str]]) -> bool:
+    return any(state["state"] == "READY" for state in versions.values())
+
+
+def _version_reasons(versions: dict[str, dict[str, str]]) -> str:
+    reasons = sorted({s["reason"] for s in versions.values() if s.get("reason")})
+    return "; ".join(reasons) or "no version could be loaded"

@@ -1,0 +1,200 @@
+"""The model a replica serves, replaced in place when the repository changes: a ``ServedModel``.
+
+A reload (new version directory, changed config, a repository ``load`` of a loaded model)
+reaches a running replica as a new *generation* of its model. :class:`ModelSlot` loads the new
+generation beside the serving one, switches requests to it in one assignment once it loaded,
+lets requests already running on the old one finish, then closes the old one. Clients see one
+atomic switch and no failed request; no Serve rollout (and no new process) is involved.
+
+A replacement that fails to load leaves the serving generation in place and records the
+reason, as Triton keeps the old model when a reload fails. The first load of a replica is
+awaited (the replica is not ready before it); later loads run in the background so the replica
+keeps serving while they load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from deployments.core.served_model import ServedModel, VersionState
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import InferRequest, InferResponse
+
+logger = logging.getLogger(__name__)
+
+# How long requests still running on a replaced model may take before it is closed anyway.
+DRAIN_TIMEOUT_S = 60.0
+_DRAIN_POLL_S = 0.05
+
+BuildModel = Callable[[], ServedModel]
+
+
+@dataclass
+class SlotStatus:
+    """Where a replica stands with its model, as the repository controller reads it.
+
+    ``generation`` is what serves now; ``target`` what was asked for last. ``error`` is why
+    ``target`` did not replace ``generation`` (empty while it loads or once it serves).
+    """
+
+    generation: str
+    target: str
+    error: str
+    versions: dict[str, VersionState]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "target": self.target,
+            "error": self.error,
+            "versions": self.versions,
+        }
+
+
+def load_failure(model: ServedModel) -> str:
+    """Why a freshly built model must not replace a serving one ("" when it may)."""
+    failed = {v: s["reason"] for v, s in model.state().items() if s["state"] != "READY"}
+    if not failed:
+        return ""
+    return "; ".join(f"version {v}: {reason}" for v, reason in sorted(failed.items()))
+
+
+class ModelSlot:
+    """Serves the current generation of one model and swaps in new ones without a gap."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._model: ServedModel | None = None
+        self._generation = ""
+        self._target = ""
+        self._error = ""
+        self._in_flight: dict[int, int] = {}  # id(model) -> requests running on it
+        self._loading: asyncio.Task | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ replacement
+
+    async def load(self, generation: str, build: BuildModel) -> None:
+        """Make ``generation`` (built by ``build``) the served model.
+
+        The first call loads before returning; later calls start the load in the background
+        and return at once. Asking for the generation already serving or loading does nothing.
+        """
+        if generation in (self._target, self._generation) and self._model is not None:
+            if generation == self._generation and self._loading is not None:
+                self._loading.cancel()  # back to what serves: drop a pending replacement
+                self._loading = None
+            self._target = generation
+            return
+        self._target = generation
+        self._error = ""
+        if self._loading is not None:
+            self._loading.cancel()
+        if self._model is None:
+            self._model = await asyncio.to_thread(build)
+            self._generation = generation
+            return
+        self._loading = asyncio.create_task(self._replace(generation, build))
+
+    async def _replace(self, generation: str, build: BuildModel) -> None:
+        try:
+            fresh = await asyncio.to_thread(build)
+        except Exception as err:  # the builders catch model errors; this is a bug
+            logger.exception("model '%s': building generation %s failed", self.name, generation)
+            self._error = f"{type(err).__name__}: {err}"
+            return
+        if self._target != generation or self._closed:  # superseded while loading
+            await _close(fresh)
+            return
+        failure = load_failure(fresh)
+        if failure:
+            logger.error("model '%s': keeping the serving version: %s", self.name, failure)
+            self._error = failure
+            await _close(fresh)
+            return
+        previous, self._model, self._generation = self._model, fresh, generation
+        self._loading = None
+        if previous is not None:
+            await self._drain(previous)
+            await _close(previous)
+
+    async def _drain(self, model: ServedModel) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DRAIN_TIMEOUT_S
+        while self._in_flight.get(id(model), 0) and loop.time() < deadline:
+            await asyncio.sleep(_DRAIN_POLL_S)
+
+    async def drain(self) -> None:
+        """Wait (up to :data:`DRAIN_TIMEOUT_S`) for the requests running on the model."""
+        if self._model is not None:
+            await self._drain(self._model)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._loading is not None:
+            self._loading.cancel()
+        if self._model is not None:
+            await _close(self._model)
+            self._model = None
+
+    def status(self) -> SlotStatus:
+        versions = self._model.state() if self._model is not None else {}
+        return SlotStatus(self._generation, self._target, self._error, versions)
+
+    # ------------------------------------------------------------------ ServedModel
+
+    @property
+    def model(self) -> ServedModel:
+        if self._model is None:
+            raise InferenceServerError(
+                f"Request for unknown model: '{self.name}' is not ready: no version is loaded",
+                StatusCode.UNAVAILABLE,
+            )
+        return self._model
+
+    @property
+    def config(self):
+        return self.model.config
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        model = self.model
+        key = id(model)
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        try:
+            return await model.infer(request)
+        finally:
+            remaining = self._in_flight[key] - 1
+            if remaining:
+                self._in_flight[key] = remaining
+            else:
+                del self._in_flight[key]
+
+    def metadata(self, version: str = "") -> dict[str, Any]:
+        return self.model.metadata(version)
+
+    def model_config(self, version: str = "") -> dict[str, Any]:
+        return self.model.model_config(version)
+
+    def is_ready(self, version: str = "") -> bool:
+        return self._model is not None and self._model.is_ready(version)
+
+    def state(self) -> dict[str, VersionState]:
+        return self._model.state() if self._model is not None else {}
+
+    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+        return self.model.statistics(version)
+
+
+async def _close(model: ServedModel) -> None:
+    close = getattr(model, "close", None)
+    if close is None:
+        return
+    with contextlib.suppress(Exception):
+        result = close()
+        if asyncio.iscoroutine(result):
+            await result

@@ -1,0 +1,79 @@
+"""ModelSlot: in-place replacement with no failed request, failed reloads keep the old model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from deployments.core.model_slot import ModelSlot
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import InferRequest, InferTensor
+from tests.support.live_models import model_builder, write_adder
+
+
+async def answer(slot: ModelSlot, value: float = 1.0) -> float:
+    request = InferRequest("m", [InferTensor("IN", "FP32", np.array([[value]], np.float32))])
+    response = await slot.infer(request)
+    return float(response.outputs[0].data[0, 0])
+
+
+async def test_first_load_is_awaited_then_reloads_swap_without_a_gap(tmp_path):
+    write_adder(tmp_path, "m", offset=1.0)
+    slot = ModelSlot("m")
+    with pytest.raises(InferenceServerError) as not_loaded:
+        await answer(slot)
+    assert not_loaded.value.code is StatusCode.UNAVAILABLE
+    await slot.load("g1", model_builder(tmp_path, "m"))
+    assert await answer(slot) == 2.0 and slot.status().generation == "g1"
+
+    write_adder(tmp_path, "m", version=2, offset=5.0)
+    gate = threading.Event()
+    await slot.load("g2", model_builder(tmp_path, "m", gate))  # returns while g2 loads
+    status = slot.status()
+    assert (status.generation, status.target) == ("g1", "g2")
+    results = await asyncio.gather(*(answer(slot) for _ in range(20)))
+    assert set(results) == {2.0}  # the serving generation answers meanwhile
+    gate.set()
+    answers = []
+    for _ in range(200):
+        answers.append(await answer(slot))
+        if slot.status().generation == "g2":
+            break
+        await asyncio.sleep(0.02)
+    assert slot.status().generation == "g2" and await answer(slot) == 6.0
+    assert slot.state() == {"2": {"state": "READY", "reason": ""}}
+    await slot.close()
+
+
+async def test_a_reload_that_fails_keeps_the_serving_generation(tmp_path):
+    write_adder(tmp_path, "m", offset=1.0)
+    slot = ModelSlot("m")
+    await slot.load("g1", model_builder(tmp_path, "m"))
+    write_adder(tmp_path, "m", version=2, fail_initialize=True)
+    await slot.load("g2", model_builder(tmp_path, "m"))
+    for _ in range(200):
+        if slot.status().error:
+            break
+        await asyncio.sleep(0.02)
+    status = slot.status()
+    assert status.generation == "g1" and status.target == "g2"
+    assert "init exploded" in status.error
+    assert await answer(slot) == 2.0
+    await slot.load("g1", model_builder(tmp_path, "m"))  # asking for what serves: nothing to do
+    assert slot.status().target == "g1"
+    await slot.close()
+
+
+async def test_requests_running_on_the_old_model_finish(tmp_path):
+    write_adder(tmp_path, "m", offset=1.0, delay_us=200_000)  # requests wait in its queue
+    slot = ModelSlot("m")
+    await slot.load("g1", model_builder(tmp_path, "m"))
+    in_flight = [asyncio.create_task(answer(slot)) for _ in range(4)]
+    await asyncio.sleep(0.01)
+    write_adder(tmp_path, "m", version=2, offset=5.0)
+    await slot.load("g2", model_builder(tmp_path, "m"))
+    assert await asyncio.gather(*in_flight) == [2.0] * 4
+    await slot.close()

@@ -1,0 +1,103 @@
+"""A repository served in this process: real models, the real repository state, no Ray.
+
+:class:`InProcessRepository` implements both protocols :class:`ServerCore` needs
+(``Repository`` and ``ModelCalls``) over a :class:`LiveRepository` and real
+:class:`SingleModel` objects, so the server-wide protocol logic runs in unit tests exactly as
+it runs over the repository controller and deployment handles in a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any
+
+from deployments.core.server_core import RepositoryView
+from deployments.core.single_model import SingleModel
+from repo_adapter.backends import InstanceSpec
+from repo_adapter.live_repository import LiveRepository, load_failed_error
+from repo_adapter.request_validation import model_not_found
+
+
+class InProcessRepository:
+    """Loads models into this process on ``load`` (every mode's control is allowed)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.repository = LiveRepository(root)
+        self.models: dict[str, SingleModel] = {}
+
+    # ------------------------------------------------------------------ Repository
+
+    async def view(self) -> RepositoryView:
+        repository = self.repository
+        unavailable = {
+            name: reason
+            for name in repository.records
+            if (reason := repository.unavailable_reason(name)) is not None
+        }
+        failed = [n for n, r in repository.records.items() if r.served is None and r.error]
+        return RepositoryView(repository.served_names(), unavailable, ready=not failed)
+
+    async def index(self, ready_only: bool) -> list[dict[str, Any]]:
+        for name, model in self.models.items():
+            self.repository.set_versions(name, model.state())
+        return self.repository.index(ready_only)
+
+    async def load(
+        self, model: str, config: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        for scanned in self.repository.plan_load(model, config).models:
+            generation = self.repository.begin_load(scanned)
+            if not scanned.available:
+                self.repository.load_failed(scanned.name, scanned.error)
+                continue
+            loaded = SingleModel(
+                scanned.config,
+                scanned.path,
+                scanned.versions,
+                scanned.labels,
+                InstanceSpec.cpu(scanned.name),
+            )
+            if not loaded.ready_versions:
+                self.repository.load_failed(
+                    scanned.name, "no version could be loaded", loaded.state()
+                )
+                await loaded.close()
+                continue
+            previous = self.models.pop(scanned.name, None)
+            if previous is not None:
+                await previous.close()
+            self.models[scanned.name] = loaded
+            self.repository.load_succeeded(scanned.name, generation, loaded.state())
+        record = self.repository.records[model]
+        if record.error:
+            raise load_failed_error(model, record.failed_versions, record.error)
+
+    async def unload(self, model: str, unload_dependents: bool = False) -> None:
+        names = [*self.repository.dependents_of(model), model]
+        for name in names:
+            loaded = self.models.pop(name, None)
+            if loaded is not None:
+                self.repository.begin_unload(name)
+                await loaded.close()
+                self.repository.unload_finished(name)
+
+    # ------------------------------------------------------------------ ModelCalls
+
+    async def call(self, model: str, method: str, *args: Any, timeout_s: float | None = None):
+        loaded = self.models.get(model)
+        if loaded is None:
+            raise model_not_found(model)
+        result = getattr(loaded, method)(*args)
+        if inspect.isawaitable(result):
+            result = await asyncio.wait_for(result, timeout_s)
+        return result
+
+    def forget(self, model: str) -> None:
+        pass  # nothing cached
+
+    async def close(self) -> None:
+        for model in self.models.values():
+            await model.close()
+        self.models.clear()
