@@ -83,8 +83,11 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
     """Start one system and wait until it serves."""
     port = free_port()
     python = sys.executable
-    if name in ("rayton", "rayton-grpc"):
+    if name in ("rayton", "rayton-grpc", "rayton-dedicated"):
         grpc_port = free_port() if name == "rayton-grpc" else 0  # 0: no gRPC frontend
+        # rayton-dedicated: HTTP with the model in an application of its own instead of the
+        # shared CPU-model host (the default).
+        hosting = "dedicated" if name == "rayton-dedicated" else "shared"
         server = ServerProcess(
             [
                 str(Path(python).parent / "rayton"),
@@ -97,6 +100,8 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
                 str(grpc_port),
                 "--dashboard-port",
                 str(free_port()),
+                "--cpu-models",
+                hosting,
             ],
             logs / f"{name}.log",
         )

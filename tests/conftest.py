@@ -36,12 +36,16 @@ class ServeCluster:
 
         ``grpc_port``: also deploy the gRPC application, listening on 127.0.0.1 there.
         """
-        from ray import serve
-        from ray.serve.api import RunTarget
-
         from deployments.apps.builders import plan_applications
 
         plans, _ = plan_applications(repository, models, grpc_port=grpc_port)
+        return self._run(plans)
+
+    def _run(self, plans) -> list[str]:
+        """Deploy the applications of ``plans`` and wait for the controller's start-up."""
+        from ray import serve
+        from ray.serve.api import RunTarget
+
         targets = [
             RunTarget(plan.build(), name=plan.name, route_prefix=plan.route_prefix)
             for plan in plans
@@ -64,8 +68,6 @@ class ServeCluster:
 
         Returns the front applications' names; :meth:`delete_all` removes the models too.
         """
-        from ray import serve
-        from ray.serve.api import RunTarget
 
         from deployments.apps.builders import ServerAppArgs, front_applications
 
@@ -79,14 +81,7 @@ class ServeCluster:
             cpu_models=cpu_models,
             model_file_override_dir=model_file_override_dir,
         )
-        plans = front_applications(args, grpc_port=grpc_port)
-        targets = [
-            RunTarget(plan.build(), name=plan.name, route_prefix=plan.route_prefix)
-            for plan in plans
-        ]
-        serve.run_many(targets, wait_for_applications_running=True)
-        self.wait_for_repository()
-        return [plan.name for plan in plans]
+        return self._run(front_applications(args, grpc_port=grpc_port))
 
     def wait_for_repository(self, timeout_s: float = 300.0) -> None:
         """Until the repository controller finished its start-up loads."""

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ray import serve
 from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.apps.handles import ModelHandles
-from deployments.apps.model_deployment import ServedModelDeployment
+from deployments.apps.model_deployment import (
+    ServedModelDeployment,
+    spec_from_user_config,
+    spec_to_user_config,
+)
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.served_model import ServedModel
 from repo_adapter.inference_types import InferRequest, InferResponse
@@ -28,15 +31,11 @@ class EnsembleSpec:
     generation: str = ""
 
     def to_user_config(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["config_bytes"] = base64.b64encode(self.config_bytes).decode()
-        return data
+        return spec_to_user_config(self)
 
     @classmethod
     def from_user_config(cls, data: dict[str, Any]) -> EnsembleSpec:
-        data = dict(data)
-        data["config_bytes"] = base64.b64decode(data["config_bytes"])
-        return cls(**data)
+        return spec_from_user_config(cls, data)
 
 
 @serve.deployment

@@ -103,6 +103,20 @@ class ServedModelDeployment:
         await self.slot.close()
 
 
+def spec_to_user_config(spec: Any) -> dict[str, Any]:
+    """A spec dataclass as Serve's ``user_config`` (JSON: the config travels as base64)."""
+    data = asdict(spec)
+    data["config_bytes"] = base64.b64encode(spec.config_bytes).decode()
+    return data
+
+
+def spec_from_user_config(cls: type, data: dict[str, Any]) -> Any:
+    """The spec dataclass ``cls`` back from its ``user_config``."""
+    data = dict(data)
+    data["config_bytes"] = base64.b64decode(data["config_bytes"])
+    return cls(**data)
+
+
 @dataclass
 class ModelSpec:
     """What a replica needs to load a model; plain data so it pickles cheaply."""
@@ -133,16 +147,11 @@ class ModelSpec:
         )
 
     def to_user_config(self) -> dict[str, Any]:
-        """The spec as Serve's ``user_config`` (JSON: the config travels as base64)."""
-        data = asdict(self)
-        data["config_bytes"] = base64.b64encode(self.config_bytes).decode()
-        return data
+        return spec_to_user_config(self)
 
     @classmethod
     def from_user_config(cls, data: dict[str, Any]) -> ModelSpec:
-        data = dict(data)
-        data["config_bytes"] = base64.b64decode(data["config_bytes"])
-        return cls(**data)
+        return spec_from_user_config(cls, data)
 
     def config(self) -> mc.ModelConfig:
         config = mc.ModelConfig()

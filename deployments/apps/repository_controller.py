@@ -18,6 +18,11 @@ from overwriting an application a config owns, nor the reverse):
 
 Reloads keep serving: a changed model reaches its running replicas as a new ``user_config``
 generation that loads beside the serving one (:mod:`deployments.core.model_slot`).
+
+Where a model runs (``deploy_models=True``): CPU models in the shared host application
+(:mod:`deployments.apps.host_deployment`, one process for many models) unless
+``share_cpu_models`` is off; GPU models, and every model otherwise, in an application of
+their own named after the model.
 """
 
 from __future__ import annotations
@@ -335,8 +340,10 @@ class RepositoryController:
             reason = repository.unavailable_reason(name)
             if reason is not None:
                 unavailable[name] = reason
-        loading = any(r.pending for r in repository.records.values())
-        ready = self._started and not loading
+        # Ready once the start-up loads settled; a later load or reload does not take
+        # readiness away (Triton's explicit mode does, and probes restart servers during
+        # long loads: triton-inference-server/server#7014).
+        ready = self._started
         if self.spec.strict_readiness:
             # Triton's strict readiness: a model that failed to load makes the server not
             # ready. One this cluster has no hardware for does not: readiness probes would
