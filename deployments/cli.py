@@ -7,10 +7,12 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from deployments.apps.builders import (
     DEFAULT_GRPC_PORT,
+    GRPC_APP_NAME,
     SERVER_APP_NAME,
     SERVER_DEPLOYMENT_NAME,
     ServerAppArgs,
@@ -23,6 +25,9 @@ from deployments.apps.serve_config import ACCESS_LOG_OFF, serve_config, write_se
 
 _INDEX_TIMEOUT_S = 60.0
 _STARTUP_POLL_S = 0.5
+# How long a stopping server lets the replicas finish the requests they hold.
+_DRAIN_TIMEOUT_S = 30.0
+_DRAIN_POLL_S = 0.2
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -113,11 +118,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
             stop.wait()
     finally:
         print("shutting down...", flush=True)
+        _drain(serve)
         serve.shutdown()
         import ray
 
         ray.shutdown()
     return 0
+
+
+def _drain(serve) -> None:
+    """Delete the model applications first, so their replicas finish the requests they hold
+    (Serve's graceful shutdown) while the proxies and the gRPC frontend still carry the
+    responses; then the front applications; then Serve can stop."""
+    try:
+        names = list(serve.status().applications)
+        front = [n for n in names if n in (SERVER_APP_NAME, GRPC_APP_NAME)]
+        deadline = time.monotonic() + _DRAIN_TIMEOUT_S
+        for group in ([n for n in names if n not in front], front):
+            for name in group:
+                serve.delete(name, _blocking=False)
+            while time.monotonic() < deadline and set(group) & set(serve.status().applications):
+                time.sleep(_DRAIN_POLL_S)
+    except Exception as err:  # never let draining stop the shutdown itself
+        print(f"draining failed ({err}); stopping anyway", file=sys.stderr, flush=True)
 
 
 def _deploy(args: argparse.Namespace, serve, run_target) -> None:

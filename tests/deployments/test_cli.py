@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,90 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         assert wait_until(lambda: not session_pids(server.pid), 60), (
             f"processes left running: {session_pids(server.pid)}"
         )
+    finally:
+        for pid in session_pids(server.pid):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+SLOW_MODEL = """\
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.5)
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+SLOW_CONFIG = """\
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
+"""
+
+
+def test_ctrl_c_lets_requests_in_flight_finish_over_http_and_grpc(tmp_path):
+    repository = tmp_path / "repository"
+    (repository / "slow" / "1").mkdir(parents=True)
+    (repository / "slow" / "config.pbtxt").write_text(SLOW_CONFIG)
+    (repository / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # AF_UNIX paths: <108 bytes
+    port, grpc_port = free_port(), free_port()
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=str(ray_tmp))
+    env.pop("RAY_ADDRESS", None)
+    command = [
+        str(Path(sys.executable).parent / "rayton"),
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--http-port",
+        str(port),
+        "--grpc-port",
+        str(grpc_port),
+        "--dashboard-port",
+        str(free_port()),
+    ]
+    server = start_session(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    url = f"127.0.0.1:{port}"
+    results: list[str] = []
+
+    def call(module, address: str) -> None:
+        try:
+            with module.InferenceServerClient(address) as client:
+                tensor = module.InferInput("IN", [1], "FP32")
+                tensor.set_data_from_numpy(np.ones(1, np.float32))
+                client.infer("slow", [tensor])
+            results.append("ok")
+        except Exception as err:  # recorded: the test fails on any
+            results.append(f"{module.__name__}: {err}")
+
+    try:
+        # Server ready: the start-up loads settled, so both frontends route to the model.
+        assert wait_until(lambda: ready(url), 240), "rayton serve never came up"
+        calls = [
+            threading.Thread(target=call, args=(module, address))
+            for module, address in ((httpclient, url), (grpcclient, f"127.0.0.1:{grpc_port}"))
+            for _ in range(4)
+        ]
+        for thread in calls:
+            thread.start()
+        time.sleep(0.5)  # all eight in flight: two run (0.5 s each), the rest wait in the queue
+        server.send_signal(signal.SIGINT)
+        for thread in calls:
+            thread.join(60)
+        assert results == ["ok"] * 8, results
+        server.wait(120)
+        assert wait_until(lambda: not session_pids(server.pid), 60)
     finally:
         for pid in session_pids(server.pid):
             os.kill(pid, signal.SIGKILL)
