@@ -27,7 +27,7 @@ from rayton_perf.config import PerfConfig
 from rayton_perf.result import LevelResult
 from rayton_perf.runner import run_level
 from tests.support.ports import free_port
-from tests.support.processes import ServerProcess
+from tests.support.processes import ServerProcess, rayton_serve_command
 
 
 @dataclass(frozen=True)
@@ -89,20 +89,7 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
         # shared CPU-model host (the default).
         hosting = "dedicated" if name == "rayton-dedicated" else "shared"
         server = ServerProcess(
-            [
-                str(Path(python).parent / "rayton"),
-                "serve",
-                "--model-repository",
-                str(repos["rayton"]),
-                "--http-port",
-                str(port),
-                "--grpc-port",
-                str(grpc_port),
-                "--dashboard-port",
-                str(free_port()),
-                "--cpu-models",
-                hosting,
-            ],
+            rayton_serve_command(repos["rayton"], port, grpc_port, "--cpu-models", hosting),
             logs / f"{name}.log",
         )
         server.wait_http(f"http://127.0.0.1:{port}/v2/health/ready")

@@ -21,7 +21,12 @@ import time
 from pathlib import Path
 
 from tests.support.ports import free_port
-from tests.support.processes import session_pids, start_session
+from tests.support.processes import (
+    rayton_serve_command,
+    rayton_serve_env,
+    session_pids,
+    start_session,
+)
 
 PYTHON_MODEL = """\
 import triton_python_backend_utils as pb_utils
@@ -102,22 +107,8 @@ def measure(
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch) / "zoo"
         names = write_zoo(root, models)
-        env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=scratch)
-        env.pop("RAY_ADDRESS", None)
-        command = [
-            str(Path(sys.executable).parent / "rayton"),
-            "serve",
-            "--model-repository",
-            str(root),
-            "--http-port",
-            str(http_port),
-            "--grpc-port",
-            str(grpc_port),
-            "--dashboard-port",
-            str(free_port()),
-            "--cpu-models",
-            cpu_models,
-        ]
+        env = rayton_serve_env(scratch)
+        command = rayton_serve_command(root, http_port, grpc_port, "--cpu-models", cpu_models)
         start = time.monotonic()
         server = start_session(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True

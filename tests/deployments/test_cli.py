@@ -6,7 +6,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -22,7 +21,12 @@ from ray.serve.schema import ServeDeploySchema
 from deployments.cli import main
 from tests.deployments.test_serve_run import ready, wait_until
 from tests.support.ports import free_port
-from tests.support.processes import session_pids, start_session
+from tests.support.processes import (
+    rayton_serve_command,
+    rayton_serve_env,
+    session_pids,
+    start_session,
+)
 
 TEST_MODELS = Path(__file__).parent / "model_repository"
 PYTHON_MODELS = Path(__file__).parents[1] / "repo_adapter" / "backends" / "python_models"
@@ -94,20 +98,11 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
     (repository / "bytes_identity").symlink_to(TEST_MODELS / "bytes_identity")
     (repository / "init_raises").symlink_to(PYTHON_MODELS / "init_raises")
     port, grpc_port = free_port(), free_port()
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=str(ray_tmp))
-    env.pop("RAY_ADDRESS", None)
     server = start_session(
-        [
-            str(Path(sys.executable).parent / "rayton"),
-            "serve",
-            "--model-repository",
-            str(repository),
-            "--http-port",
-            str(port),
-            "--grpc-port",
-            str(grpc_port),
-            "--dashboard-port",
-            str(free_port()),
+        rayton_serve_command(
+            repository,
+            port,
+            grpc_port,
             "--model-control-mode",
             "explicit",
             "--load-model",
@@ -116,8 +111,8 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             "bytes_identity",
             "--load-model",
             "init_raises",
-        ],
-        env=env,
+        ),
+        env=rayton_serve_env(ray_tmp),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -195,21 +190,12 @@ def test_ctrl_c_lets_requests_in_flight_finish_over_http_and_grpc(tmp_path):
     (repository / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
     ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # AF_UNIX paths: <108 bytes
     port, grpc_port = free_port(), free_port()
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=str(ray_tmp))
-    env.pop("RAY_ADDRESS", None)
-    command = [
-        str(Path(sys.executable).parent / "rayton"),
-        "serve",
-        "--model-repository",
-        str(repository),
-        "--http-port",
-        str(port),
-        "--grpc-port",
-        str(grpc_port),
-        "--dashboard-port",
-        str(free_port()),
-    ]
-    server = start_session(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    server = start_session(
+        rayton_serve_command(repository, port, grpc_port),
+        env=rayton_serve_env(ray_tmp),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"127.0.0.1:{port}"
     results: list[str] = []
 

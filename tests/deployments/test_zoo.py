@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +19,12 @@ import pytest
 
 from benchmarks.zoo import measure, write_zoo
 from tests.support.ports import free_port
-from tests.support.processes import session_pids, start_session
+from tests.support.processes import (
+    rayton_serve_command,
+    rayton_serve_env,
+    session_pids,
+    start_session,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -39,24 +43,14 @@ def test_a_40_model_zoo_serves_every_model_and_stops_clean():
 def test_ctrl_c_while_deploying_leaves_no_process(tmp_path):
     write_zoo(tmp_path / "zoo", 12, gpu_model=False)
     ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # AF_UNIX paths: <108 bytes
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=str(ray_tmp))
-    env.pop("RAY_ADDRESS", None)
-    command = [
-        str(Path(sys.executable).parent / "rayton"),
-        "serve",
-        "--model-repository",
-        str(tmp_path / "zoo"),
-        "--http-port",
-        str(free_port()),
-        "--grpc-port",
-        str(free_port()),
-        "--dashboard-port",
-        str(free_port()),
-        "--cpu-models",
-        "dedicated",  # many replicas: the deploy is still running when the signal comes
-    ]
+    # Dedicated: many replicas, so the deploy is still running when the signal comes.
+    command = rayton_serve_command(
+        tmp_path / "zoo", free_port(), free_port(), "--cpu-models", "dedicated"
+    )
     log = (tmp_path / "stderr.log").open("w")
-    server = start_session(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+    server = start_session(
+        command, env=rayton_serve_env(ray_tmp), stdout=subprocess.PIPE, stderr=log, text=True
+    )
     try:
         assert server.stdout is not None
         for line in server.stdout:

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -97,3 +98,32 @@ class ServerProcess:
         for pid in session_pids(sid):
             os.kill(pid, signal.SIGKILL)
         self.log.close()
+
+
+def rayton_serve_command(
+    repository: Path | str, http_port: int, grpc_port: int, *options: str
+) -> list[str]:
+    """``rayton serve`` of ``repository`` on loopback ports (a free dashboard port)."""
+    from tests.support.ports import free_port
+
+    return [
+        str(Path(sys.executable).parent / "rayton"),
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--dashboard-port",
+        str(free_port()),
+        *options,
+    ]
+
+
+def rayton_serve_env(ray_tmp: Path | str) -> dict[str, str]:
+    """The environment of a ``rayton serve`` with its own Ray temp dir (keep the path short:
+    Ray's AF_UNIX socket paths must stay under 108 bytes) and never an inherited cluster."""
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=str(ray_tmp))
+    env.pop("RAY_ADDRESS", None)
+    return env
