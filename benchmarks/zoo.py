@@ -104,14 +104,17 @@ def measure(
     import urllib.error
     import urllib.request
 
-    with tempfile.TemporaryDirectory() as scratch:
+    # Ray's temp dir under /tmp whatever TMPDIR says: its AF_UNIX socket paths must stay short.
+    with tempfile.TemporaryDirectory(prefix="rt", dir="/tmp") as scratch:
         root = Path(scratch) / "zoo"
         names = write_zoo(root, models)
         env = rayton_serve_env(scratch)
         command = rayton_serve_command(root, http_port, grpc_port, "--cpu-models", cpu_models)
         start = time.monotonic()
+        stderr_path = Path(scratch) / "stderr.log"
+        stderr_log = stderr_path.open("w")
         server = start_session(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            command, env=env, stdout=subprocess.PIPE, stderr=stderr_log, text=True
         )
         lines: list[str] = []
         peak = 0
@@ -126,6 +129,13 @@ def measure(
                     break
                 if time.monotonic() - start > timeout_s:
                     break
+            if table_s is None:
+                raise RuntimeError(
+                    f"rayton serve printed no start-up table (exit code {server.poll()}):\n"
+                    + "\n".join(lines[-20:])
+                    + "\n--- stderr ---\n"
+                    + stderr_path.read_text()[-4000:]
+                )
             url = f"http://127.0.0.1:{http_port}/v2/repository/index"
             request = urllib.request.Request(url, data=b"{}", method="POST")
             with urllib.request.urlopen(request, timeout=60) as response:
@@ -147,6 +157,7 @@ def measure(
             for pid in left:
                 os.kill(pid, signal.SIGKILL)
             server.wait(30)
+            stderr_log.close()
         states = {e["name"]: e.get("state", "") for e in index}
         reasons = {e["name"]: e.get("reason", "") for e in index if e.get("reason")}
         return {
