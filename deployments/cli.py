@@ -15,13 +15,16 @@ from deployments.apps.builders import (
     GRPC_APP_NAME,
     SERVER_APP_NAME,
     SERVER_DEPLOYMENT_NAME,
-    ServerAppArgs,
     front_applications,
     plan_applications,
 )
 from deployments.apps.repository_access import CONTROLLER_DEPLOYMENT_NAME
-from deployments.apps.repository_controller import DEFAULT_LOAD_TIMEOUT_S, DEFAULT_POLL_SECS
 from deployments.apps.serve_config import ACCESS_LOG_OFF, serve_config, write_serve_config
+from deployments.apps.server_args import (
+    DEFAULT_LOAD_TIMEOUT_S,
+    DEFAULT_POLL_SECS,
+    ServerAppArgs,
+)
 
 _INDEX_TIMEOUT_S = 60.0
 _STARTUP_POLL_S = 0.5

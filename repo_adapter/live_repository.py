@@ -32,8 +32,6 @@ LOADING = "LOADING"
 UNLOADING = "UNLOADING"
 UNLOADED_REASON = "unloaded"
 
-CONTROL_MODES = ("none", "poll", "explicit")
-
 
 def model_fingerprint(model_dir: Path, config_override: str = "") -> str:
     """A digest of every file under ``model_dir`` (path, size, mtime) and the override.
@@ -79,10 +77,6 @@ class ModelRecord:
     files_dir: Path | None = None  # the files of a load with file: parameters
     versions: dict[str, dict[str, str]] = field(default_factory=dict)  # from the replicas
     failed_versions: dict[str, dict[str, str]] = field(default_factory=dict)  # last failure
-
-    @property
-    def is_served(self) -> bool:
-        return self.served is not None
 
     def index_entries(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """This model's lines of Triton's repository index."""
@@ -268,20 +262,16 @@ class LiveRepository:
             raise model_not_in_repository(name)
         override = record.override if config_override is None else config_override
         model = self.scan(name, override)
+        record.override = override  # Triton: the override replaces config.pbtxt from now on
         plan: list[RepositoryModel] = []
         if model.available and model.is_ensemble:
             configs: dict[str, mc.ModelConfig | None] = {}
-            for member in self._member_closure(model):
+            for member, found in self._member_closure(model).items():
                 member_record = self.records.get(member)
-                if member_record is not None and member_record.served is not None:
-                    configs[member] = member_record.served.config
-                    continue
-                if not (self.root / member).is_dir():
-                    configs[member] = None
-                    continue
-                scanned = self.scan(member, member_record.override if member_record else "")
-                configs[member] = scanned.config if scanned.available else None
-                plan.append(scanned)
+                served = member_record is not None and member_record.served is found
+                configs[member] = found.config if found is not None and found.available else None
+                if found is not None and not served:
+                    plan.append(found)  # scanned: the member loads before the ensemble
             try:
                 validate_ensemble(model.config, configs)
             except ModelConfigError as err:
@@ -309,32 +299,34 @@ class LiveRepository:
         target.mkdir(parents=True, exist_ok=True)
         self.records.setdefault(name, ModelRecord(name)).files_dir = target
 
-    def _member_closure(self, ensemble: RepositoryModel) -> list[str]:
-        """Members of ``ensemble``, nested ensembles' members first (load order)."""
-        order: list[str] = []
+    def _member_closure(self, ensemble: RepositoryModel) -> dict[str, RepositoryModel | None]:
+        """Members of ``ensemble`` in load order (nested ensembles' members first): the
+        served scan of each served member, a fresh scan of the others, None when missing."""
+        found: dict[str, RepositoryModel | None] = {}
 
         def visit(model: RepositoryModel, seen: frozenset[str]) -> None:
             for member in self.members_of(model):
-                if member in order or member in seen:
+                if member in found or member in seen:
                     continue
                 record = self.records.get(member)
-                nested = record.served if record and record.served else None
-                if nested is None and (self.root / member).is_dir():
-                    nested = scan_model(self.root / member, self.gpu_ids)
-                if nested is not None:
-                    visit(nested, seen | {member})
-                order.append(member)
+                if record is not None and record.served is not None:
+                    scanned: RepositoryModel | None = record.served
+                elif self.model_dir(member).is_dir():
+                    scanned = self.scan(member, record.override if record else "")
+                else:
+                    scanned = None
+                if scanned is not None:
+                    visit(scanned, seen | {member})
+                found[member] = scanned
 
         visit(ensemble, frozenset({ensemble.name}))
-        return order
+        return found
 
     # ------------------------------------------------------------------ transitions
 
-    def begin_load(self, model: RepositoryModel, override: str | None = None) -> str:
+    def begin_load(self, model: RepositoryModel) -> str:
         """Mark ``model`` LOADING; returns the generation (fingerprint) being loaded."""
         record = self.records.setdefault(model.name, ModelRecord(model.name))
-        if override is not None:
-            record.override = override
         record.pending, record.loading, record.error = LOADING, model, ""
         record.failed_versions = {}
         record.attempted = self.fingerprint(model.name)
@@ -374,12 +366,6 @@ class LiveRepository:
             record.unloaded = sorted({*record.unloaded, *record.served.versions})
         record.served, record.generation, record.pending = None, "", ""
         record.loading, record.error, record.versions = None, "", {}
-
-    def set_versions(self, name: str, versions: Mapping[str, dict]) -> None:
-        """Per-version states the model's replicas report (READY, or UNAVAILABLE + reason)."""
-        record = self.records.get(name)
-        if record is not None and record.served is not None:
-            record.versions = dict(versions)
 
     def forget_removed(self) -> list[str]:
         """Drop records of directories gone from disk that nothing serves; their names."""

@@ -69,7 +69,8 @@ class ServeCluster:
         Returns the front applications' names; :meth:`delete_all` removes the models too.
         """
 
-        from deployments.apps.builders import ServerAppArgs, front_applications
+        from deployments.apps.builders import front_applications
+        from deployments.apps.server_args import ServerAppArgs
 
         args = ServerAppArgs(
             model_repository=str(repository),

@@ -13,9 +13,9 @@ import importlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict
 from ray.serve import Application
 
 from cluster.placement import GRACEFUL_SHUTDOWN_TIMEOUT_S, placement_for
@@ -25,12 +25,8 @@ from deployments.apps.grpc_deployment import TritonGrpcServer
 from deployments.apps.host_deployment import HOST_DEPLOYMENT_NAME, TritonModelHost, hosted_entry
 from deployments.apps.model_deployment import ModelSpec, TritonModel
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
-from deployments.apps.repository_controller import (
-    DEFAULT_LOAD_TIMEOUT_S,
-    DEFAULT_POLL_SECS,
-    ControllerSpec,
-    RepositoryController,
-)
+from deployments.apps.repository_controller import RepositoryController
+from deployments.apps.server_args import ServerAppArgs
 from deployments.apps.server_deployment import TritonServer
 from deployments.core.server_core import SERVER_VERSION
 from deployments.grpc.server import GrpcSpec
@@ -56,55 +52,6 @@ class ModelAppArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
     model_repository: str
     model: str
-
-
-class ServerAppArgs(BaseModel):
-    """``args`` of the server application in ``serve_config.yaml`` (and of ``rayton serve``).
-
-    ``deploy_models`` False (a Serve config): the config's own model applications serve the
-    models and the repository controller only watches them, so only ``model_control_mode:
-    none`` applies. True (``rayton serve``): the controller deploys and changes them.
-    """
-
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
-    model_repository: str
-    models: list[str] | None = None  # a config's model selection; None: every model
-    model_control_mode: Literal["none", "poll", "explicit"] = "none"
-    load_models: list[str] | None = None  # explicit mode's start-up models ('*': all)
-    repository_poll_secs: float = Field(DEFAULT_POLL_SECS, gt=0)
-    model_load_timeout_secs: float = Field(DEFAULT_LOAD_TIMEOUT_S, gt=0)
-    strict_readiness: bool = True
-    deploy_models: bool = False
-    # rayton serve: "shared" runs CPU models in one host application (one process for many
-    # models, as Triton); "dedicated" gives each model an application and replicas of its own.
-    cpu_models: Literal["shared", "dedicated"] = "shared"
-    # Where a repository load may write the model files a client sends (Triton's file:
-    # parameters: model code from the network); None refuses them.
-    model_file_override_dir: str | None = None
-
-    @model_validator(mode="after")
-    def _config_owned_models_do_not_change(self) -> ServerAppArgs:
-        if not self.deploy_models and self.model_control_mode != "none":
-            raise ValueError(
-                f"model_control_mode '{self.model_control_mode}' needs rayton to deploy the "
-                "models itself ('rayton serve'); in a Serve config the config owns the model "
-                "applications: change it and 'serve deploy' it again"
-            )
-        return self
-
-    def controller_spec(self) -> ControllerSpec:
-        return ControllerSpec(
-            repository=self.model_repository,
-            model_control_mode=self.model_control_mode,
-            load_models=self.load_models,
-            poll_secs=self.repository_poll_secs,
-            deploy_models=self.deploy_models,
-            load_timeout_s=self.model_load_timeout_secs,
-            strict_readiness=self.strict_readiness,
-            models=self.models,
-            share_cpu_models=self.cpu_models == "shared",
-            file_override_dir=self.model_file_override_dir,
-        )
 
 
 class GrpcAppArgs(BaseModel):
@@ -284,9 +231,7 @@ def build_server_app(args: ServerAppArgs) -> Application:
     """The server application (``import_path`` target): HTTP routes and the controller."""
     if isinstance(args, dict):
         args = ServerAppArgs.model_validate(args)
-    controller = RepositoryController.options(name=CONTROLLER_DEPLOYMENT_NAME).bind(
-        args.controller_spec()
-    )
+    controller = RepositoryController.options(name=CONTROLLER_DEPLOYMENT_NAME).bind(args)
     return TritonServer.options(
         name=SERVER_DEPLOYMENT_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}
     ).bind(controller)

@@ -27,14 +27,13 @@ from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
 from deployments.apps.ensemble_deployment import EnsembleSpec
 from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, ModelHandles
-from deployments.apps.model_deployment import ModelSpec
+from deployments.apps.model_deployment import ModelSpec, statistics_over_replicas
 from deployments.apps.repository_access import ControllerRepository
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.model_host import ModelHost
 from deployments.core.served_model import ServedModel
 from deployments.core.server_core import ServerCore
 from deployments.core.single_model import SingleModel
-from deployments.core.statistics import merge_entries
 from deployments.grpc.model_infer import infer_serialized
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
@@ -43,7 +42,6 @@ from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 
 HOST_ROUTE_PREFIX = "/v2/models"
-_STATISTICS_TIMEOUT_S = 10.0
 __all__ = ["HOST_APP_NAME", "HOST_DEPLOYMENT_NAME", "TritonModelHost", "hosted_entry"]
 # What other deployments may call on a hosted model (``model_call``).
 _SLOT_METHODS = ("metadata", "model_config", "is_ready", "state", "local_statistics")
@@ -154,12 +152,7 @@ class TritonModelHost:
     def _statistics_of(self, model: str) -> Callable[..., Any]:
         async def statistics(version: str = "") -> list[dict[str, Any]]:
             """The model's statistics summed over every host replica."""
-            context = serve.get_replica_context()
-            handle = serve.get_deployment_handle(context.deployment, context.app_name)
-            per_replica = await handle.broadcast(
-                "model_call", model, "local_statistics", version
-            ).results_async(timeout_s=_STATISTICS_TIMEOUT_S)
-            return merge_entries([entry for entries in per_replica for entry in entries])
+            return await statistics_over_replicas("model_call", model, "local_statistics", version)
 
         return statistics
 

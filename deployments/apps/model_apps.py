@@ -1,8 +1,8 @@
 """Model applications on Serve: deploy, reconfigure, delete, and wait until a change took.
 
 Used by the repository controller only. Serve's client calls block, so they run in worker
-threads; one status snapshot is shared by every wait in flight (40 models loading at once ask
-Serve once per poll, not 40 times).
+threads; one status snapshot (Serve's, and the shared host's) is shared by every wait in
+flight (40 models loading at once ask once per poll, not 40 times).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,23 @@ _STATUS_TIMEOUT_S = 10.0
 _FAILED = ("DEPLOY_FAILED", "UNHEALTHY")
 
 
+class _SharedSnapshot:
+    """One fetch shared by every wait in flight, at most every half poll interval."""
+
+    def __init__(self, fetch: Callable[[], Awaitable[Any]]) -> None:
+        self._fetch = fetch
+        self._value: Any = None
+        self._at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> Any:
+        async with self._lock:
+            if self._value is None or time.monotonic() - self._at > _POLL_S / 2:
+                self._value = await self._fetch()
+                self._at = time.monotonic()
+            return self._value
+
+
 @dataclass
 class LoadOutcome:
     """How a deploy ended: the replicas' version states, or why it failed."""
@@ -41,9 +59,8 @@ class ServeModelApps:
     """Applies model changes to Serve, one application per model (named after it)."""
 
     def __init__(self) -> None:
-        self._status: Any = None
-        self._status_at = 0.0
-        self._status_lock = asyncio.Lock()
+        self._serve_status = _SharedSnapshot(lambda: asyncio.to_thread(serve.status))
+        self._hosted = _SharedSnapshot(self._fetch_hosted_statuses)
 
     async def deploy(self, targets: list[tuple[str, Any, str]]) -> None:
         """Deploy (or update) ``(name, application, route prefix)`` without waiting."""
@@ -60,7 +77,7 @@ class ServeModelApps:
 
     async def app_status(self, name: str) -> tuple[str, str]:
         """``(status, message)`` of application ``name``; ``("", "")`` when Serve has none."""
-        status = await self._snapshot()
+        status = await self._serve_status.get()
         app = status.applications.get(name)
         if app is None:
             return "", ""
@@ -68,16 +85,7 @@ class ServeModelApps:
         for deployment in app.deployments.values():
             if deployment.message:
                 messages.append(deployment.message)
-        return str(app.status.value if hasattr(app.status, "value") else app.status), " ".join(
-            messages
-        )
-
-    async def _snapshot(self) -> Any:
-        async with self._status_lock:
-            if self._status is None or time.monotonic() - self._status_at > _POLL_S / 2:
-                self._status = await asyncio.to_thread(serve.status)
-                self._status_at = time.monotonic()
-            return self._status
+        return str(getattr(app.status, "value", app.status)), " ".join(messages)
 
     async def slot_statuses(self, name: str) -> list[dict[str, Any]]:
         """Every replica's :meth:`ServedModelDeployment.slot_status` (empty if unreachable)."""
@@ -90,17 +98,19 @@ class ServeModelApps:
 
     async def hosted_statuses(self, model: str) -> list[dict[str, Any] | None]:
         """``model``'s slot status in every replica of the shared host (None: not there)."""
+        return [statuses.get(model) for statuses in await self._hosted.get()]
+
+    async def _fetch_hosted_statuses(self) -> list[dict[str, dict[str, Any]]]:
         try:
             handle: DeploymentHandle = serve.get_deployment_handle(
                 HOST_DEPLOYMENT_NAME, app_name=HOST_APP_NAME
             )
-            per_replica = await handle.broadcast("hosted_statuses").results_async(
+            return await handle.broadcast("hosted_statuses").results_async(
                 timeout_s=_STATUS_TIMEOUT_S
             )
         except Exception as err:  # replicas starting or stopping
             logger.debug("no hosted statuses: %s", err)
             return []
-        return [statuses.get(model) for statuses in per_replica]
 
     async def wait_loaded(
         self, name: str, generation: str | None, timeout_s: float, hosted: bool = False

@@ -88,12 +88,7 @@ class ServedModelDeployment:
 
     async def statistics(self, version: str = "") -> list[dict[str, Any]]:
         """The model's statistics summed over all its replicas, as Triton reports a model."""
-        context = serve.get_replica_context()
-        handle = serve.get_deployment_handle(context.deployment, context.app_name)
-        per_replica = await handle.broadcast("local_statistics", version).results_async(
-            timeout_s=_STATISTICS_TIMEOUT_S
-        )
-        return merge_entries([entry for entries in per_replica for entry in entries])
+        return await statistics_over_replicas("local_statistics", version)
 
     def local_statistics(self, version: str = "") -> list[dict[str, Any]]:
         """This replica's counters only."""
@@ -101,6 +96,16 @@ class ServedModelDeployment:
 
     async def __del__(self) -> None:
         await self.slot.close()
+
+
+async def statistics_over_replicas(method: str, *args: Any) -> list[dict[str, Any]]:
+    """Statistics entries from ``method`` on every replica of this deployment, merged."""
+    context = serve.get_replica_context()
+    handle = serve.get_deployment_handle(context.deployment, context.app_name)
+    per_replica = await handle.broadcast(method, *args).results_async(
+        timeout_s=_STATISTICS_TIMEOUT_S
+    )
+    return merge_entries([entry for entries in per_replica for entry in entries])
 
 
 def spec_to_user_config(spec: Any) -> dict[str, Any]:

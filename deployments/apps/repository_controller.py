@@ -10,8 +10,8 @@ from overwriting an application a config owns, nor the reverse):
 
 * ``deploy_models=True`` (``rayton serve``): the controller deploys the model applications
   itself, in every control mode: ``none`` and ``poll`` load the whole repository (``poll``
-  then reloads what changes on disk every ``poll_secs``), ``explicit`` loads ``load_models``
-  and then what the repository API asks for.
+  then reloads what changes on disk every ``repository_poll_secs``), ``explicit`` loads
+  ``load_models`` and then what the repository API asks for.
 * ``deploy_models=False`` (``serve run`` / ``serve deploy`` of a ``rayton build`` config): the
   config owns them and the controller only watches them; ``load`` / ``unload`` answer that the
   config is where models change. Only ``model_control_mode: none`` is accepted there.
@@ -21,7 +21,7 @@ generation that loads beside the serving one (:mod:`deployments.core.model_slot`
 
 Where a model runs (``deploy_models=True``): CPU models in the shared host application
 (:mod:`deployments.apps.host_deployment`, one process for many models) unless
-``share_cpu_models`` is off; GPU models, and every model otherwise, in an application of
+``cpu_models`` is "dedicated"; GPU models, and every model otherwise, in an application of
 their own named after the model.
 """
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from ray import serve
@@ -38,49 +37,33 @@ from cluster.placement import placement_for
 from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
 from deployments.apps.host_deployment import HOST_APP_NAME, HOST_ROUTE_PREFIX
 from deployments.apps.model_apps import LoadOutcome, ServeModelApps
-from deployments.core.server_core import CONFIG_OWNED_PREFIX, RepositoryView
+from deployments.apps.server_args import ServerAppArgs
+from deployments.core.server_core import RepositoryView
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.live_repository import LiveRepository, load_failed_error
 from repo_adapter.repository import RepositoryModel
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_POLL_SECS = 15.0
-# A model whose replicas are not all up by then is UNAVAILABLE (its application is removed).
-DEFAULT_LOAD_TIMEOUT_S = 300.0
 _UNLOAD_TIMEOUT_S = 120.0
 
 NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
 CONFIG_OWNED = (
-    f"{CONFIG_OWNED_PREFIX} (serve run / serve deploy): change the config and deploy it "
-    "again, or serve the repository with 'rayton serve --model-control-mode explicit' to load "
-    "and unload models through this API"
+    "this server's models are deployed by a Serve config (serve run / serve deploy): change "
+    "the config and deploy it again, or serve the repository with 'rayton serve "
+    "--model-control-mode explicit' to load and unload models through this API"
 )
-
-
-@dataclass
-class ControllerSpec:
-    """How the controller runs: see the module docstring."""
-
-    repository: str
-    model_control_mode: str = "none"
-    load_models: list[str] | None = None  # explicit mode at start-up; None or ["*"]: all
-    poll_secs: float = DEFAULT_POLL_SECS
-    deploy_models: bool = False
-    load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S
-    strict_readiness: bool = True
-    models: list[str] | None = None  # a config's model selection (deploy_models=False)
-    share_cpu_models: bool = True  # CPU models in the shared host (deploy_models=True only)
-    file_override_dir: str | None = None  # where file: load parameters go; None refuses them
 
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
 class RepositoryController:
     """Owns the repository state and applies it to Serve (one replica, by design)."""
 
-    def __init__(self, spec: ControllerSpec) -> None:
+    def __init__(self, spec: ServerAppArgs) -> None:
         self.spec = spec
-        self.repository = LiveRepository(spec.repository, cluster_gpu_ids(), spec.file_override_dir)
+        self.repository = LiveRepository(
+            spec.model_repository, cluster_gpu_ids(), spec.model_file_override_dir
+        )
         self.apps = ServeModelApps()
         self._changes = asyncio.Lock()  # one repository change at a time
         self._started = False
@@ -109,7 +92,7 @@ class RepositoryController:
         self._started = True
         if self.spec.model_control_mode == "poll" and self.spec.deploy_models:
             while True:
-                await asyncio.sleep(self.spec.poll_secs)
+                await asyncio.sleep(self.spec.repository_poll_secs)
                 try:
                     await self.poll()
                 except Exception:
@@ -148,8 +131,6 @@ class RepositoryController:
                     raise
                 logger.error("cannot load '%s': %s", name, err)
                 continue
-            if config is not None:
-                self.repository.records[name].override = config
             for model in plan.models:
                 plans.setdefault(model.name, model)
         await self._apply([m for m in plans.values() if not m.is_ensemble], deploy)
@@ -177,7 +158,7 @@ class RepositoryController:
 
     def _hosts(self, model: RepositoryModel) -> bool:
         """Whether ``model`` runs in the shared host (a CPU model, when sharing is on)."""
-        if not (self.spec.deploy_models and self.spec.share_cpu_models):
+        if not (self.spec.deploy_models and self.spec.cpu_models == "shared"):
             return False
         placement = placement_for(model.config)
         options = placement.ray_actor_options
@@ -231,7 +212,7 @@ class RepositoryController:
         record = self.repository.records[model.name]
         was_serving = record.served is not None
         outcome: LoadOutcome = await self.apps.wait_loaded(
-            model.name, generation, self.spec.load_timeout_s, hosted=hosted
+            model.name, generation, self.spec.model_load_timeout_secs, hosted=hosted
         )
         if outcome.ok and _any_ready(outcome.versions):
             self.repository.load_succeeded(model.name, generation or "", outcome.versions)
@@ -316,22 +297,10 @@ class RepositoryController:
 
     # ------------------------------------------------------------------ views
 
-    async def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        """Triton's repository index, with each served model's versions fresh from its replicas."""
-        await self._refresh_versions()
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Triton's repository index: versions as the replicas reported them when loaded."""
         self.repository.refresh_names()
         return self.repository.index(ready_only)
-
-    async def _refresh_versions(self) -> None:
-        records = self.repository.records
-        served = [n for n in self.repository.served_names() if not records[n].pending]
-
-        async def refresh(name: str) -> None:
-            replicas = await self.apps.slot_statuses(name)
-            if replicas:
-                self.repository.set_versions(name, replicas[0]["versions"])
-
-        await asyncio.gather(*(refresh(n) for n in served))
 
     def view(self) -> RepositoryView:
         repository = self.repository
@@ -358,7 +327,7 @@ class RepositoryController:
             served=repository.served_names(),
             unavailable=unavailable,
             ready=ready,
-            control=self._refusal(),
+            config_owned=not self.spec.deploy_models,
         )
 
     def started(self) -> bool:

@@ -42,9 +42,6 @@ _HANDLE_TIMEOUT_S = 5.0
 # How long the frontends route on a cached repository view (a model just loaded elsewhere is
 # reachable within this; this server's own load / unload refresh it at once).
 VIEW_TTL_S = 1.0
-# Start of the refusal a config-owned repository answers load / unload with: there the
-# repository API cannot change models, so unload_dependents is not advertised.
-CONFIG_OWNED_PREFIX = "this server's models are deployed by a Serve config"
 
 
 class ModelCalls(Protocol):
@@ -63,14 +60,15 @@ class ModelCalls(Protocol):
 class RepositoryView:
     """What the frontends keep of the repository's state: enough to route and answer errors.
 
-    ``control`` is why load / unload are refused ("" when the repository API may change
-    models); ``ready`` the server's readiness as the repository sees it.
+    ``ready`` is the server's readiness as the repository sees it; ``config_owned`` that a
+    Serve config owns the models, so the repository API never unloads (and
+    ``unload_dependents`` is not advertised).
     """
 
     served: list[str] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # model -> reason
     ready: bool = False
-    control: str = ""
+    config_owned: bool = False
 
 
 class Repository(Protocol):
@@ -98,6 +96,7 @@ class ServerCore:
         self.repository = repository
         self._view = RepositoryView()
         self._view_at = -VIEW_TTL_S
+        self._refreshing: asyncio.Future | None = None
 
     async def view(self, fresh: bool = False) -> RepositoryView:
         now = time.monotonic()
@@ -121,7 +120,7 @@ class ServerCore:
 
     async def server_metadata(self) -> dict[str, Any]:
         extensions = list(EXTENSIONS)
-        if not (await self.view()).control.startswith(CONFIG_OWNED_PREFIX):
+        if not (await self.view()).config_owned:
             extensions.insert(extensions.index("model_repository") + 1, UNLOAD_DEPENDENTS)
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": extensions}
 

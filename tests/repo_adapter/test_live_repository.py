@@ -110,7 +110,7 @@ def test_a_config_override_replaces_the_config_and_is_kept(root):
     )
     (model,) = repository.plan_load("first", override).models
     assert model.config.max_batch_size == 2
-    repository.begin_load(model, override)
+    repository.begin_load(model)
     (again,) = repository.plan_load("first").models  # None: keep the earlier override
     assert again.config.max_batch_size == 2
     (dropped,) = repository.plan_load("first", "").models

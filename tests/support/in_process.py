@@ -40,8 +40,6 @@ class InProcessRepository:
         return RepositoryView(repository.served_names(), unavailable, ready=not failed)
 
     async def index(self, ready_only: bool) -> list[dict[str, Any]]:
-        for name, model in self.models.items():
-            self.repository.set_versions(name, model.state())
         return self.repository.index(ready_only)
 
     async def load(

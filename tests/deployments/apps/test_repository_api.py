@@ -143,9 +143,8 @@ def test_load_errors(explicit):
         assert entry["version"] == "1"
         with pytest.raises(InferenceServerException) as member_failed:
             http.load_model("broken_chain")
-        assert (
-            "ensemble 'broken_chain' depends on 'init_fails' which has no loaded version"
-            in str(member_failed.value)
+        assert "ensemble 'broken_chain' depends on 'init_fails' which has no loaded version" in str(
+            member_failed.value
         )
         assert not http.is_server_ready()  # strict readiness: a load failed
         status, body = raw_post(explicit.http_url, "/v2/repository/models/nope/load", b"{}")
