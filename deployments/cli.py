@@ -10,9 +10,12 @@ import threading
 import time
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from deployments.apps.builders import (
     DEFAULT_GRPC_PORT,
     GRPC_APP_NAME,
+    METRICS_APP_NAME,
     SERVER_APP_NAME,
     SERVER_DEPLOYMENT_NAME,
     front_applications,
@@ -25,6 +28,7 @@ from deployments.apps.server_args import (
     DEFAULT_POLL_SECS,
     ServerAppArgs,
 )
+from deployments.metrics.options import DEFAULT_INTERVAL_MS, DEFAULT_METRICS_PORT, MetricsAppArgs
 
 _INDEX_TIMEOUT_S = 60.0
 _STARTUP_POLL_S = 0.5
@@ -44,6 +48,36 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--grpc-host", default=None, help="gRPC bind address (default: the HTTP host)"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=DEFAULT_METRICS_PORT,
+        help=f"Prometheus /metrics port (default {DEFAULT_METRICS_PORT})",
+    )
+    parser.add_argument(
+        "--metrics-address", default=None, help="metrics bind address (default: the HTTP host)"
+    )
+    for what in ("", "gpu-", "cpu-"):
+        parser.add_argument(
+            f"--allow-{what}metrics",
+            choices=("true", "false"),
+            default="true",
+            help=f"false turns off the {what.rstrip('-').upper() or 'metrics'} "
+            + ("endpoint" if not what else "metrics"),
+        )
+    parser.add_argument(
+        "--metrics-interval-ms",
+        type=int,
+        default=DEFAULT_INTERVAL_MS,
+        help=f"how often CPU and GPU gauges are sampled (default {DEFAULT_INTERVAL_MS})",
+    )
+    parser.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="Triton's metrics settings (counter_latencies=false; repeatable)",
     )
     parser.add_argument(
         "--load-model",
@@ -79,8 +113,36 @@ def _grpc(args: argparse.Namespace) -> dict[str, object]:
     return {"grpc_port": args.grpc_port, "grpc_host": args.grpc_host or args.http_host}
 
 
+def _metrics(args: argparse.Namespace) -> MetricsAppArgs | None:
+    """The metrics application's settings (None with --allow-metrics false).
+
+    Raises:
+        ValueError: a setting Triton would refuse (the message says which).
+    """
+    if args.allow_metrics == "false":
+        return None
+    try:
+        return MetricsAppArgs(
+            metrics_host=args.metrics_address or args.http_host,
+            metrics_port=args.metrics_port,
+            allow_gpu_metrics=args.allow_gpu_metrics == "true",
+            allow_cpu_metrics=args.allow_cpu_metrics == "true",
+            metrics_interval_ms=args.metrics_interval_ms,
+            metrics_config=args.metrics_config,
+        )
+    except ValidationError as err:
+        raise ValueError("; ".join(e["msg"] for e in err.errors())) from None
+
+
 def cmd_build(args: argparse.Namespace) -> int:
-    plans, scanned = plan_applications(args.model_repository, _selected_models(args), **_grpc(args))
+    try:
+        metrics = _metrics(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    plans, scanned = plan_applications(
+        args.model_repository, _selected_models(args), **_grpc(args), metrics=metrics
+    )
 
     config = serve_config(plans, http_host=args.http_host, http_port=args.http_port)
     header = (
@@ -99,6 +161,10 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     problem = _check_startup_models(args)
+    try:
+        _metrics(args)
+    except ValueError as err:
+        problem = problem or str(err)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -113,12 +179,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    code = 0
     try:
         if not stop.is_set():
             _deploy(args, serve, RunTarget)
         if not stop.is_set() and _wait_for_models(stop):
             _print_endpoints(args, endpoints)
             stop.wait()
+    except StartupError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        code = 1
     finally:
         print("shutting down...", flush=True)
         _drain(serve)
@@ -126,7 +196,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import ray
 
         ray.shutdown()
-    return 0
+    return code
 
 
 def _drain(serve) -> None:
@@ -135,7 +205,7 @@ def _drain(serve) -> None:
     responses; then the front applications; then Serve can stop."""
     try:
         names = list(serve.status().applications)
-        front = [n for n in names if n in (SERVER_APP_NAME, GRPC_APP_NAME)]
+        front = [n for n in names if n in (SERVER_APP_NAME, GRPC_APP_NAME, METRICS_APP_NAME)]
         deadline = time.monotonic() + _DRAIN_TIMEOUT_S
         for group in ([n for n in names if n not in front], front):
             for name in group:
@@ -160,7 +230,7 @@ def _deploy(args: argparse.Namespace, serve, run_target) -> None:
         cpu_models=args.cpu_models,
         model_file_override_dir=args.model_file_override_dir,
     )
-    plans = front_applications(server_args, **_grpc(args))
+    plans = front_applications(server_args, **_grpc(args), metrics=_metrics(args))
     serve.start(http_options={"host": args.http_host, "port": args.http_port})
     targets = [
         run_target(
@@ -171,7 +241,23 @@ def _deploy(args: argparse.Namespace, serve, run_target) -> None:
         )
         for plan in plans
     ]
-    serve.run_many(targets, wait_for_applications_running=True)
+    try:
+        serve.run_many(targets, wait_for_applications_running=True)
+    except RuntimeError as err:  # Serve's message names the application, not the reason
+        raise StartupError(f"{err}\n{_deploy_failures(serve)}") from None
+
+
+class StartupError(Exception):
+    """A front application failed to deploy (a port in use, ...): the reasons Serve gave."""
+
+
+def _deploy_failures(serve) -> str:
+    lines = []
+    for app_name, app in serve.status().applications.items():
+        for name, deployment in app.deployments.items():
+            if deployment.message and str(getattr(deployment.status, "value", "")) != "HEALTHY":
+                lines.append(f"  {app_name}/{name}: {deployment.message.strip()}")
+    return "\n".join(lines)
 
 
 def _wait_for_models(stop: threading.Event) -> bool:
@@ -195,6 +281,12 @@ def _print_endpoints(args: argparse.Namespace, endpoints: dict[str, str]) -> Non
     grpc = _grpc(args)
     if grpc:
         print(f"  gRPC (Triton):              {grpc['grpc_host']}:{grpc['grpc_port']}")
+    metrics = _metrics(args)
+    if metrics is not None:
+        print(
+            f"  Metrics (Prometheus):       "
+            f"http://{metrics.metrics_host}:{metrics.metrics_port}/metrics"
+        )
     if endpoints["dashboard"]:
         print(f"  Ray dashboard:              {endpoints['dashboard']}")
     print("\nCtrl-C to stop.", flush=True)
@@ -231,7 +323,6 @@ def main(argv: list[str] | None = None) -> int:
 
     run = sub.add_parser("serve", help="serve a model repository on a local or existing cluster")
     run.add_argument("--model-repository", required=True)
-    run.add_argument("--metrics-port", type=int, default=8002)
     run.add_argument(
         "--model-control-mode",
         choices=("none", "poll", "explicit"),

@@ -24,21 +24,29 @@ class ServeCluster:
     """A running local Ray cluster with Serve's HTTP proxy on ``http_url``."""
 
     http_port: int
+    ray_metrics_port: int  # the node's Ray metrics agent (Prometheus text on /metrics)
 
     @property
     def http_url(self) -> str:
         return f"127.0.0.1:{self.http_port}"
 
     def deploy_repository(
-        self, repository: Path, models: list[str] | None = None, grpc_port: int | None = None
+        self,
+        repository: Path,
+        models: list[str] | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
     ) -> list[str]:
         """Deploy a repository's applications (server app included); returns app names.
 
-        ``grpc_port``: also deploy the gRPC application, listening on 127.0.0.1 there.
+        ``grpc_port`` / ``metrics_port``: also deploy the gRPC / metrics application,
+        listening on 127.0.0.1 there.
         """
         from deployments.apps.builders import plan_applications
 
-        plans, _ = plan_applications(repository, models, grpc_port=grpc_port)
+        plans, _ = plan_applications(
+            repository, models, grpc_port=grpc_port, metrics=_metrics_args(metrics_port)
+        )
         return self._run(plans)
 
     def _run(self, plans) -> list[str]:
@@ -63,6 +71,7 @@ class ServeCluster:
         poll_secs: float = 1.0,
         cpu_models: str = "shared",
         model_file_override_dir: str | None = None,
+        metrics_port: int | None = None,
     ) -> list[str]:
         """Deploy as ``rayton serve`` does: the repository controller deploys the models.
 
@@ -82,7 +91,9 @@ class ServeCluster:
             cpu_models=cpu_models,
             model_file_override_dir=model_file_override_dir,
         )
-        return self._run(front_applications(args, grpc_port=grpc_port))
+        return self._run(
+            front_applications(args, grpc_port=grpc_port, metrics=_metrics_args(metrics_port))
+        )
 
     def wait_for_repository(self, timeout_s: float = 300.0) -> None:
         """Until the repository controller finished its start-up loads."""
@@ -122,6 +133,12 @@ class ServeCluster:
         raise TimeoutError(f"applications not deleted within {timeout_s} s: {app_names}")
 
 
+def _metrics_args(port: int | None):
+    from deployments.metrics.options import MetricsAppArgs
+
+    return None if port is None else MetricsAppArgs(metrics_port=port)
+
+
 @pytest.fixture(scope="session")
 def serve_cluster() -> Iterator[ServeCluster]:
     """One Ray cluster and Serve instance for the whole test session."""
@@ -135,11 +152,14 @@ def serve_cluster() -> Iterator[ServeCluster]:
         object_store_memory=256 * 1024**2,
         logging_level="WARNING",
         log_to_driver=bool(os.environ.get("RAYTON_TEST_RAY_LOGS")),
+        _metrics_export_port=free_port(),
+        _system_config={"metrics_report_interval_ms": 1000},  # Ray metrics tests wait less
     )
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
+    (node,) = ray.nodes()
     try:
-        yield ServeCluster(http_port=port)
+        yield ServeCluster(http_port=port, ray_metrics_port=node["MetricsExportPort"])
     finally:
         serve.shutdown()
         ray.shutdown()

@@ -23,6 +23,11 @@ from cluster.resources import cluster_gpu_ids
 from deployments.apps.ensemble_deployment import EnsembleSpec, TritonEnsemble
 from deployments.apps.grpc_deployment import TritonGrpcServer
 from deployments.apps.host_deployment import HOST_DEPLOYMENT_NAME, TritonModelHost, hosted_entry
+from deployments.apps.metrics_deployment import (
+    METRICS_APP_NAME,
+    METRICS_DEPLOYMENT_NAME,
+    TritonMetrics,
+)
 from deployments.apps.model_deployment import ModelSpec, TritonModel
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
 from deployments.apps.repository_controller import RepositoryController
@@ -30,6 +35,7 @@ from deployments.apps.server_args import ServerAppArgs
 from deployments.apps.server_deployment import TritonServer
 from deployments.core.server_core import SERVER_VERSION
 from deployments.grpc.server import GrpcSpec
+from deployments.metrics.options import MetricsAppArgs
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.live_repository import LiveRepository
 from repo_adapter.repository import RepositoryModel
@@ -42,6 +48,7 @@ GRPC_APP_NAME = "rayton-grpc"
 MODEL_APP_IMPORT_PATH = "deployments.apps.builders:build_model_app"
 SERVER_APP_IMPORT_PATH = "deployments.apps.builders:build_server_app"
 GRPC_APP_IMPORT_PATH = "deployments.apps.builders:build_grpc_app"
+METRICS_APP_IMPORT_PATH = "deployments.apps.builders:build_metrics_app"
 GRPC_DEPLOYMENT_NAME = "grpc"
 DEFAULT_GRPC_PORT = 8001
 
@@ -101,9 +108,13 @@ def scan_for_serving(
 
 
 def front_applications(
-    server_args: ServerAppArgs, grpc_port: int | None = None, grpc_host: str = "127.0.0.1"
+    server_args: ServerAppArgs,
+    grpc_port: int | None = None,
+    grpc_host: str = "127.0.0.1",
+    metrics: MetricsAppArgs | None = None,
 ) -> list[AppPlan]:
-    """The server application, then the gRPC application when ``grpc_port`` is given."""
+    """The server application, then the gRPC application when ``grpc_port`` is given and
+    the metrics application when ``metrics`` is."""
     front = [
         AppPlan(
             name=SERVER_APP_NAME,
@@ -127,6 +138,19 @@ def front_applications(
                 deployment=GRPC_DEPLOYMENT_NAME,
             )
         )
+    if metrics is not None:
+        front.append(
+            AppPlan(
+                name=METRICS_APP_NAME,
+                route_prefix=None,
+                import_path=METRICS_APP_IMPORT_PATH,
+                # Host and port always written out, as for gRPC.
+                args=metrics.model_dump(exclude_defaults=True)
+                | {"metrics_host": metrics.metrics_host, "metrics_port": metrics.metrics_port},
+                deployment_options={"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
+                deployment=METRICS_DEPLOYMENT_NAME,
+            )
+        )
     return front
 
 
@@ -135,6 +159,7 @@ def plan_applications(
     models: list[str] | None = None,
     grpc_port: int | None = None,
     grpc_host: str = "127.0.0.1",
+    metrics: MetricsAppArgs | None = None,
 ) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
     """A Serve config's applications: the front ones, then one per available model."""
     scanned = scan_for_serving(repository, models)
@@ -154,7 +179,7 @@ def plan_applications(
             )
         )
     server_args = ServerAppArgs(model_repository=str(repository), models=models)
-    return front_applications(server_args, grpc_port, grpc_host) + plans, scanned
+    return front_applications(server_args, grpc_port, grpc_host, metrics) + plans, scanned
 
 
 # Serve restarts replicas when a deployment's code version changes and reconfigures them in
@@ -235,6 +260,15 @@ def build_server_app(args: ServerAppArgs) -> Application:
     return TritonServer.options(
         name=SERVER_DEPLOYMENT_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}
     ).bind(controller)
+
+
+def build_metrics_app(args: MetricsAppArgs) -> Application:
+    """The metrics application (``import_path`` target): Triton's ``/metrics`` endpoint."""
+    if isinstance(args, dict):
+        args = MetricsAppArgs.model_validate(args)
+    return TritonMetrics.options(
+        name=METRICS_DEPLOYMENT_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}
+    ).bind(args.model_dump())
 
 
 def build_grpc_app(args: GrpcAppArgs) -> Application:

@@ -40,6 +40,7 @@ from deployments.http.server_routes import ServerHttpEndpoints
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.python_backend import collect_metrics
 
 HOST_ROUTE_PREFIX = "/v2/models"
 __all__ = ["HOST_APP_NAME", "HOST_DEPLOYMENT_NAME", "TritonModelHost", "hosted_entry"]
@@ -144,6 +145,10 @@ class TritonModelHost:
         if method == "local_statistics":
             return slot.statistics(*args)
         return getattr(slot, method)(*args)
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """Every hosted model's metric counters and the python models' own metrics."""
+        return {"versions": self.host.metrics(), "custom": collect_metrics()}
 
     def hosted_statuses(self) -> dict[str, dict]:
         """Every hosted model's slot status in this replica (for the controller)."""

@@ -33,6 +33,7 @@ from deployments.grpc.model_infer import infer_serialized
 from deployments.http.model_routes import ModelHttpEndpoints
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.python_backend import collect_metrics
 from repo_adapter.repository import RepositoryModel
 
 _STATISTICS_TIMEOUT_S = 10.0
@@ -89,6 +90,10 @@ class ServedModelDeployment:
     async def statistics(self, version: str = "") -> list[dict[str, Any]]:
         """The model's statistics summed over all its replicas, as Triton reports a model."""
         return await statistics_over_replicas("local_statistics", version)
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """This replica's metric counters and its python models' own metrics."""
+        return {"versions": self.slot.metrics(), "custom": collect_metrics()}
 
     def local_statistics(self, version: str = "") -> list[dict[str, Any]]:
         """This replica's counters only."""

@@ -330,6 +330,15 @@ class RepositoryController:
             config_owned=not self.spec.deploy_models,
         )
 
+    def metrics_targets(self) -> dict[str, Any]:
+        """Where the served models' replicas are: ``host`` (the shared host runs some) and
+        ``models`` (those with a deployment of their own, named after the model)."""
+        served = self.repository.served_names()
+        return {
+            "host": bool(self._hosted),
+            "models": [name for name in served if name not in self._hosted],
+        }
+
     def started(self) -> bool:
         """Whether the start-up loads all finished (each model READY or UNAVAILABLE)."""
         return self._started

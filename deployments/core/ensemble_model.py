@@ -17,7 +17,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.core.served_model import model_metadata, select_outputs
-from deployments.core.statistics import RequestOutcome, VersionStatistics
+from deployments.core.statistics import CANCELED, OTHER, RequestOutcome, VersionStatistics
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.ensemble import EnsembleStep, ensemble_steps
 from repo_adapter.errors import InferenceServerError, StatusCode
@@ -86,6 +86,13 @@ class EnsembleModel:
             return [self._statistics[int(version)].to_json()]
         return [self._statistics[v].to_json() for v in self.versions]
 
+    def metrics(self) -> list[dict[str, Any]]:
+        """Per-version counters of Triton's metric families (nothing waits in a queue here)."""
+        return [
+            self._statistics[v].metrics_entry() | {"pending": 0, "load_duration_s": 0.0}
+            for v in self.versions
+        ]
+
     async def infer(self, request: InferRequest) -> InferResponse:
         arrival_ns = time.monotonic_ns()
         version = self._version(request.model_version)
@@ -94,8 +101,10 @@ class EnsembleModel:
         start_ns = time.monotonic_ns()
         try:
             tensors, compute = await self._run_steps(request)
-        except BaseException:
-            statistics.record_failure(arrival_ns)  # Triton counts no execution for it
+        except BaseException as err:
+            # Triton counts no execution for it (and, unlike rayton, counts the failure twice).
+            cancelled = isinstance(err, asyncio.CancelledError)
+            statistics.record_failure(arrival_ns, CANCELED if cancelled else OTHER)
             raise
         # Triton's ensemble statistics: its own queue time, its members' compute time sums.
         statistics.record_composed(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from deployments.core.model_slot import BuildModel, ModelSlot
 from repo_adapter.request_validation import model_not_found
@@ -68,6 +69,10 @@ class ModelHost:
 
     def statuses(self) -> dict[str, dict]:
         return {name: slot.status().to_dict() for name, slot in self.slots.items()}
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every hosted model's metric counters in this process."""
+        return [entry for slot in self.slots.values() for entry in slot.metrics()]
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -189,6 +189,10 @@ class ModelSlot:
     def statistics(self, version: str = "") -> list[dict[str, Any]]:
         return self.model.statistics(version)
 
+    def metrics(self) -> list[dict[str, Any]]:
+        """The serving generation's metric counters (none while nothing is loaded)."""
+        return self._model.metrics() if self._model is not None else []
+
 
 async def _close(model: ServedModel) -> None:
     close = getattr(model, "close", None)

@@ -54,6 +54,10 @@ class ServedModel(Protocol):
         """This process's statistics entries (Triton's statistics extension)."""
         ...
 
+    def metrics(self) -> list[dict[str, Any]]:
+        """This process's per-version counters of Triton's metric families."""
+        ...
+
 
 def model_metadata(config: mc.ModelConfig, versions: list[str]) -> dict[str, Any]:
     """Triton's model metadata: shapes get a leading -1 when the model batches."""

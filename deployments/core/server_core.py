@@ -96,7 +96,6 @@ class ServerCore:
         self.repository = repository
         self._view = RepositoryView()
         self._view_at = -VIEW_TTL_S
-        self._refreshing: asyncio.Future | None = None
 
     async def view(self, fresh: bool = False) -> RepositoryView:
         now = time.monotonic()

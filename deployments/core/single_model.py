@@ -10,6 +10,7 @@ Triton keeps serving its other models.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ class VersionRunner:
     backends: list[Backend]
     batcher: DynamicBatcher
     statistics: VersionStatistics
+    load_duration_s: float = 0.0  # every instance loaded and warmed up
 
 
 class SingleModel:
@@ -77,6 +79,7 @@ class SingleModel:
 
     def _load_version(self, model: ModelVersion, instances: list[InstanceSpec]) -> None:
         backends: list[Backend] = []
+        started = time.monotonic()
         try:
             for instance in instances:
                 backend = backend_class(model.config.backend)(model, instance)
@@ -101,7 +104,9 @@ class SingleModel:
             statistics,
             self._admission,
         )
-        self.runners[model.version] = VersionRunner(model.version, backends, batcher, statistics)
+        self.runners[model.version] = VersionRunner(
+            model.version, backends, batcher, statistics, time.monotonic() - started
+        )
 
     # ------------------------------------------------------------------ lookups
 
@@ -171,6 +176,15 @@ class SingleModel:
                 )
             return [self.runners[int(version)].statistics.to_json()]
         return [self.runners[v].statistics.to_json() for v in self.ready_versions]
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Per-version counters of Triton's metric families (see
+        :mod:`deployments.metrics.families`): the statistics' records, the queue, load time."""
+        return [
+            runner.statistics.metrics_entry()
+            | {"pending": runner.batcher.pending_count, "load_duration_s": runner.load_duration_s}
+            for _, runner in sorted(self.runners.items())
+        ]
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, queue, execute; returns only the requested outputs, classified if asked."""

@@ -26,6 +26,13 @@ _INFERENCE_STAT_KEYS = (
 
 _COMPUTE_KEYS = ("compute_input", "compute_infer", "compute_output")
 
+# Why a request failed, as Triton's nv_inference_request_failure labels it.
+REJECTED = "REJECTED"  # timed out in the queue
+CANCELED = "CANCELED"  # the client went away before it ran
+BACKEND = "BACKEND"  # its execution failed
+OTHER = "OTHER"  # anything else (an ensemble step failed)
+FAILURE_REASONS = (REJECTED, CANCELED, BACKEND, OTHER)
+
 
 @dataclass
 class Duration:
@@ -84,6 +91,7 @@ class VersionStatistics:
         self.inference_count = 0
         self.execution_count = 0
         self.durations = {key: Duration() for key in _INFERENCE_STAT_KEYS}
+        self.failures = dict.fromkeys(FAILURE_REASONS, 0)  # sums to durations["fail"].count
         self.batch_stats: dict[int, BatchStats] = {}
 
     def record_execution(self, timing: ExecutionTiming, requests: list[RequestOutcome]) -> None:
@@ -105,6 +113,7 @@ class VersionStatistics:
             total_ns = end_ns - outcome.arrival_ns
             if outcome.failed:
                 self.durations["fail"].add(total_ns)
+                self.failures[BACKEND] += 1
                 continue
             self.inference_count += outcome.rows
             self.durations["success"].add(total_ns)
@@ -113,9 +122,29 @@ class VersionStatistics:
             self.durations["compute_infer"].add(compute.infer_ns)
             self.durations["compute_output"].add(compute.output_ns)
 
-    def record_failure(self, arrival_ns: int) -> None:
-        """A request that failed before execution (queue full, timeout, invalid)."""
+    def record_failure(self, arrival_ns: int, reason: str) -> None:
+        """A request that failed without an execution of its own (``reason``: one of
+        :data:`FAILURE_REASONS`)."""
         self.durations["fail"].add(time.monotonic_ns() - arrival_ns)
+        self.failures[reason] += 1
+
+    def metrics_entry(self) -> dict[str, Any]:
+        """The counters of Triton's per-model metric families, from the same records as
+        :meth:`to_json` (see :mod:`deployments.metrics.families`)."""
+        durations = self.durations
+        return {
+            "model": self.name,
+            "version": self.version,
+            "success": durations["success"].count,
+            "failures": dict(self.failures),
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "request_ns": durations["success"].ns,
+            "queue_ns": durations["queue"].ns,
+            "compute_input_ns": durations["compute_input"].ns,
+            "compute_infer_ns": durations["compute_infer"].ns,
+            "compute_output_ns": durations["compute_output"].ns,
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {

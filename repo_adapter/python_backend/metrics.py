@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import enum
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ class _Series:
     buckets: tuple[float, ...] = ()
     bucket_counts: list[int] = field(default_factory=list)
     count: int = 0
+    updated: float = 0.0  # wall clock of a gauge's last set (replicas' gauges merge by it)
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Metric:
             )
         with _LOCK:
             self._series.value = float(value)
+            self._series.updated = time.time()
 
     def observe(self, value: float) -> None:
         """Record ``value`` in a histogram."""
@@ -169,6 +172,8 @@ def collect_metrics() -> list[dict[str, Any]]:
                     sample.update(buckets=cumulative, sum=series.value, count=series.count)
                 else:
                     sample["value"] = series.value
+                    if family.kind == MetricKind.GAUGE:
+                        sample["updated"] = series.updated
                 samples.append(sample)
             snapshot.append(
                 {

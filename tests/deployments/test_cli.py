@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +54,13 @@ def test_build_writes_a_serve_config_with_one_app_per_model(example_repository, 
     assert grpc["import_path"] == "deployments.apps.builders:build_grpc_app"
     assert (grpc["args"]["grpc_host"], grpc["args"]["grpc_port"]) == ("127.0.0.1", 8001)
     assert grpc["deployments"][0]["name"] == "grpc"
+    metrics = apps["rayton-metrics"]  # Triton's /metrics on 8002 by default, no HTTP route
+    assert metrics["route_prefix"] is None
+    assert metrics["import_path"] == "deployments.apps.builders:build_metrics_app"
+    assert (metrics["args"]["metrics_host"], metrics["args"]["metrics_port"]) == (
+        "127.0.0.1",
+        8002,
+    )
     onnx = apps["image_classifier_onnx"]
     assert onnx["route_prefix"] == "/v2/models/image_classifier_onnx"
     assert onnx["deployments"][0]["name"] == "image_classifier_onnx"
@@ -67,7 +76,11 @@ def test_build_reports_broken_models(tmp_path, capsys):
     assert main(["build", str(repository), "-o", str(tmp_path / "cfg.yaml")]) == 0
     assert "broken" in capsys.readouterr().out
     config = yaml.safe_load((tmp_path / "cfg.yaml").read_text())
-    assert [app["name"] for app in config["applications"]] == ["rayton-server", "rayton-grpc"]
+    assert [app["name"] for app in config["applications"]] == [
+        "rayton-server",
+        "rayton-grpc",
+        "rayton-metrics",
+    ]
 
 
 def test_build_without_grpc(example_repository, tmp_path):
@@ -75,6 +88,30 @@ def test_build_without_grpc(example_repository, tmp_path):
     assert main(["build", str(example_repository), "-o", str(output), "--grpc-port", "0"]) == 0
     names = [app["name"] for app in yaml.safe_load(output.read_text())["applications"]]
     assert "rayton-grpc" not in names and names[0] == "rayton-server"
+
+
+def test_build_metrics_settings_and_without_metrics(example_repository, tmp_path, capsys):
+    output = tmp_path / "serve_config.yaml"
+    flags = ["--metrics-port", "9102", "--allow-gpu-metrics", "false"]
+    flags += ["--metrics-config", "counter_latencies=false", "--metrics-interval-ms", "500"]
+    assert main(["build", str(example_repository), "-o", str(output), *flags]) == 0
+    apps = {a["name"]: a for a in yaml.safe_load(output.read_text())["applications"]}
+    assert apps["rayton-metrics"]["args"] == {
+        "metrics_host": "127.0.0.1",
+        "metrics_port": 9102,
+        "allow_gpu_metrics": False,
+        "metrics_interval_ms": 500,
+        "metrics_config": ["counter_latencies=false"],
+    }
+    assert (
+        main(["build", str(example_repository), "-o", str(output), "--allow-metrics", "false"]) == 0
+    )
+    names = [app["name"] for app in yaml.safe_load(output.read_text())["applications"]]
+    assert "rayton-metrics" not in names
+    capsys.readouterr()
+    bad = ["--metrics-config", "summary_quantiles=0.5:0.05"]
+    assert main(["build", str(example_repository), "-o", str(output), *bad]) == 2
+    assert "unknown --metrics-config setting 'summary_quantiles'" in capsys.readouterr().err
 
 
 @pytest.mark.cluster
@@ -130,6 +167,12 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         with httpclient.InferenceServerClient(url) as client:
             assert not client.is_model_ready("init_raises")
             assert not client.is_model_ready("image_classifier_onnx")  # not loaded
+        (metrics_url,) = [
+            line.split()[-1] for line in lines if line.strip().startswith("Metrics (Prometheus)")
+        ]
+        with urllib.request.urlopen(metrics_url, timeout=30) as response:
+            page = response.read().decode()
+        assert 'nv_inference_request_success{model="add_sub",version="1"}' in page
         with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
             assert client.is_model_ready("add_sub")
             big = np.array([[b"x" * (6 * 1024 * 1024)]], dtype=np.object_)  # > 4 MiB
@@ -159,6 +202,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
 
 SLOW_MODEL = """\
 import time
+import urllib.request
 
 import triton_python_backend_utils as pb_utils
 
@@ -230,3 +274,32 @@ def test_ctrl_c_lets_requests_in_flight_finish_over_http_and_grpc(tmp_path):
         for pid in session_pids(server.pid):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.cluster
+def test_serve_exits_with_the_reason_when_the_metrics_port_is_taken(example_repository, tmp_path):
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # short: Ray's socket paths
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    (repository / "add_sub").symlink_to(example_repository / "add_sub")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        command = rayton_serve_command(repository, free_port(), free_port())
+        command[command.index("--metrics-port") + 1] = str(taken.getsockname()[1])
+        server = start_session(
+            command,
+            env=rayton_serve_env(ray_tmp),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _, stderr = server.communicate(timeout=180)
+        finally:
+            for pid in session_pids(server.pid):
+                os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert server.returncode == 1, stderr[-2000:]
+    assert "failed to start the metrics service" in stderr
+    assert "Address already in use" in stderr

@@ -50,8 +50,10 @@ def test_serve_run_committed_config(tmp_path, example_repository, ingress_env):
     port = free_port()
     config["http_options"]["port"] = port
     for app in config["applications"]:
-        if "grpc_port" in app["args"]:  # never the fixed 8001 in tests
+        if "grpc_port" in app["args"]:  # never the fixed 8001 / 8002 in tests
             app["args"]["grpc_port"] = free_port()
+        if "metrics_port" in app["args"]:
+            app["args"]["metrics_port"] = free_port()
     (tmp_path / "serve_config.yaml").write_text(yaml.safe_dump(config))
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "model_repository").symlink_to(example_repository)

@@ -103,7 +103,8 @@ class ServerProcess:
 def rayton_serve_command(
     repository: Path | str, http_port: int, grpc_port: int, *options: str
 ) -> list[str]:
-    """``rayton serve`` of ``repository`` on loopback ports (a free dashboard port)."""
+    """``rayton serve`` of ``repository`` on loopback ports (free dashboard and metrics
+    ports)."""
     from tests.support.ports import free_port
 
     return [
@@ -116,6 +117,8 @@ def rayton_serve_command(
         "--grpc-port",
         str(grpc_port),
         "--dashboard-port",
+        str(free_port()),
+        "--metrics-port",
         str(free_port()),
         *options,
     ]

@@ -31,7 +31,13 @@ from typing import Any
 
 from deployments.core.batching.policy import BatchPolicy
 from deployments.core.batching.queue import PendingQueue, PendingRequest, timeout_error
-from deployments.core.statistics import ExecutionTiming, RequestOutcome, VersionStatistics
+from deployments.core.statistics import (
+    CANCELED,
+    REJECTED,
+    ExecutionTiming,
+    RequestOutcome,
+    VersionStatistics,
+)
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 
@@ -82,7 +88,7 @@ class DynamicBatcher:
         if queue_policy.max_queue_size and (
             self._queued_per_level.get(level, 0) >= queue_policy.max_queue_size
         ):
-            self._statistics.record_failure(arrival)
+            # Never queued: Triton counts it in neither the statistics nor the metrics.
             raise InferenceServerError("Exceeds maximum queue size", StatusCode.UNAVAILABLE)
         timeout_us = queue_policy.timeout_us(request.timeout_us)
         loop = asyncio.get_running_loop()
@@ -103,9 +109,11 @@ class DynamicBatcher:
         else:
             try:
                 await self._admit(item)
-            except BaseException:
+            except BaseException as err:
                 if not item.enqueued:  # cancelled inside admission: never reached the queue
                     self._dequeued([item])
+                    if isinstance(err, asyncio.CancelledError):
+                        self._statistics.record_failure(arrival, CANCELED)
                 raise
         return await item.future
 
@@ -138,7 +146,9 @@ class DynamicBatcher:
             decision = self._pending.next_batch(now)
             self._dequeued(decision.rejected)
             for item in decision.rejected:
-                self._statistics.record_failure(int(item.arrival * 1e9))
+                # A caller that already went away was cancelled, not rejected.
+                reason = CANCELED if item.future.done() else REJECTED
+                self._statistics.record_failure(int(item.arrival * 1e9), reason)
                 _resolve(item, timeout_error())
             if not decision.batch:
                 self._wakeup.clear()
@@ -152,8 +162,16 @@ class DynamicBatcher:
             # (it may have run inline) before the next batch is formed.
             await asyncio.sleep(0)
 
+    @property
+    def pending_count(self) -> int:
+        """Requests received and not yet executing (Triton's pending request count)."""
+        return sum(self._queued_per_level.values())
+
     async def _run_batch(self, batch: list[PendingRequest], execute: ExecuteFn) -> None:
-        batch = [item for item in batch if not item.future.done()]  # cancelled by the caller
+        for item in batch:
+            if item.future.done():  # cancelled by the caller while it waited
+                self._statistics.record_failure(int(item.arrival * 1e9), CANCELED)
+        batch = [item for item in batch if not item.future.done()]
         if not batch:
             return
         start_ns = time.monotonic_ns()

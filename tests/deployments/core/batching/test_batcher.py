@@ -93,7 +93,8 @@ async def test_a_full_queue_rejects_with_unavailable():
     assert err.value.code == StatusCode.UNAVAILABLE
     model.release.set()
     await asyncio.gather(busy, queued)
-    assert statistics.to_json()["inference_stats"]["fail"]["count"] == 1
+    # Never queued: Triton 2.51 counts a full-queue rejection in neither statistics nor metrics.
+    assert statistics.to_json()["inference_stats"]["fail"]["count"] == 0
     await run.close()
 
 
@@ -198,4 +199,53 @@ async def test_several_instances_run_batches_in_parallel():
     first.release.set()
     second.release.set()
     assert [r.outputs[0].data.shape[0] for r in await asyncio.gather(one, two)] == [1, 2]
+    await run.close()
+
+
+async def test_failures_are_counted_by_reason_and_pending_requests_are_counted():
+    model = Model()
+    model.release.clear()
+    run, statistics = batcher(
+        model,
+        policy(
+            "dynamic_batching { default_queue_policy "
+            "{ timeout_action: REJECT default_timeout_microseconds: 20000 } }"
+        ),
+    )
+    busy = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0.01)  # the instance is busy; the next ones wait in the queue
+    timed_out = asyncio.ensure_future(run.submit(request(1), 1))
+    cancelled = asyncio.ensure_future(
+        run.submit(
+            request(1),
+            1,
+        )
+    )
+    await asyncio.sleep(0)
+    assert run.pending_count == 2
+    cancelled.cancel()  # the client went away while its request was queued
+    await asyncio.sleep(0.05)  # past the 20 ms queue timeout
+    model.release.set()
+    await busy
+    with pytest.raises(InferenceServerError, match="Request timeout expired"):
+        await timed_out
+    await asyncio.sleep(0.01)
+    entry = statistics.metrics_entry()
+    assert entry["failures"] == {"REJECTED": 1, "CANCELED": 1, "BACKEND": 0, "OTHER": 0}
+    assert entry["success"] == 1
+    assert statistics.to_json()["inference_stats"]["fail"]["count"] == 2  # the same records
+    assert run.pending_count == 0
+    await run.close()
+
+
+async def test_a_failing_execution_is_a_backend_failure():
+    async def broken(requests):
+        raise RuntimeError("boom")
+
+    statistics = VersionStatistics("m", "1")
+    run = DynamicBatcher("m_1", policy(), broken, statistics)
+    with pytest.raises(InferenceServerError, match="boom"):
+        await run.submit(request(2), 2)
+    assert statistics.metrics_entry()["failures"]["BACKEND"] == 1
+    assert statistics.metrics_entry()["execution_count"] == 1
     await run.close()

@@ -1,0 +1,84 @@
+"""What ``/metrics`` shows: every replica's model counters and custom metrics, and the node's
+CPU and GPU gauges, as Triton's families.
+
+Ray-free: :class:`MetricsCollector` gets an awaitable that returns one snapshot per replica
+(``{"versions": [...], "custom": [...]}``, see :meth:`deployments.core.model_slot.ModelSlot.
+metrics`); the deployment (:mod:`deployments.apps.metrics_deployment`) gathers them over Serve.
+Model counters are fetched at each scrape (so they match the statistics extension at that
+moment); CPU and GPU gauges are sampled every ``metrics_interval_ms``, as Triton does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from deployments.metrics.custom import custom_families, merge_custom
+from deployments.metrics.exposition import Family, render
+from deployments.metrics.families import LatencyOptions, merge_versions, model_families
+from deployments.metrics.options import MetricsAppArgs
+from deployments.metrics.system import (
+    CpuSampler,
+    GpuSampler,
+    cpu_families,
+    gpu_families,
+    memory_bytes,
+)
+
+logger = logging.getLogger(__name__)
+
+ReplicaSnapshots = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+
+class MetricsCollector:
+    """Builds the families of ``/metrics``; one per metrics endpoint."""
+
+    def __init__(self, fetch: ReplicaSnapshots, args: MetricsAppArgs) -> None:
+        self._fetch = fetch
+        self._latency = LatencyOptions(counter_latencies=args.setting("counter_latencies", True))
+        self._cpu = CpuSampler() if args.allow_cpu_metrics else None
+        self._gpu = GpuSampler() if args.allow_gpu_metrics else None
+        self._system: list[Family] = []
+        self.sample_system()
+
+    def sample_system(self) -> None:
+        """Sample the per-interval gauges (call every ``metrics_interval_ms``)."""
+        families: list[Family] = []
+        if self._gpu is not None:
+            samples = self._gpu.sample()
+            if samples:
+                families += gpu_families(samples)
+        if self._cpu is not None:
+            families += cpu_families(self._cpu.utilization(), memory_bytes())
+        self._system = families
+
+    async def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(merged model versions, merged custom families) over every replica now."""
+        replicas = await self._fetch()
+        versions = merge_versions(v for replica in replicas for v in replica.get("versions", []))
+        custom = merge_custom(replica.get("custom", []) for replica in replicas)
+        return versions, custom
+
+    async def families(self) -> list[Family]:
+        versions, custom = await self.snapshot()
+        return model_families(versions, self._latency) + custom_families(custom) + self._system
+
+    async def text(self) -> str:
+        """The ``/metrics`` page."""
+        return render(await self.families())
+
+
+async def gather_snapshots(
+    calls: list[Callable[[], Awaitable[list[dict[str, Any]]]]],
+) -> list[dict[str, Any]]:
+    """Every target's replica snapshots; a target that fails this time is left out."""
+    results = await asyncio.gather(*(call() for call in calls), return_exceptions=True)
+    snapshots = []
+    for result in results:
+        if isinstance(result, BaseException):
+            logger.warning("no metrics from a model's replicas this time: %r", result)
+            continue
+        snapshots.extend(result)
+    return snapshots

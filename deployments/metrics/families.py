@@ -1,0 +1,156 @@
+"""Triton's per-model metric families, built from every replica's per-version counters.
+
+Each replica reports, per model version, the counters its
+:class:`~deployments.core.statistics.VersionStatistics` keeps (the same ones the statistics
+extension reports, so a request counted in one is counted in the other), the failures by
+reason, the requests pending in its queue and the version's load time. :func:`merge_versions`
+sums them over replicas; :func:`model_families` renders Triton's families: names, types, help
+texts and labels as tritonserver 2.51 prints them (``nv_model_load_duration_secs`` as newer
+releases add it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from deployments.core.statistics import FAILURE_REASONS
+from deployments.metrics.exposition import Family
+
+# Per-version counters that add up over replicas (nanoseconds for durations).
+SUMMED_FIELDS = (
+    "success",
+    "inference_count",
+    "execution_count",
+    "request_ns",
+    "queue_ns",
+    "compute_input_ns",
+    "compute_infer_ns",
+    "compute_output_ns",
+    "pending",
+)
+
+_CACHED = "(includes cached requests)"
+_NOT_CACHED = "(does not include cached requests)"
+# (family, entry field, help): Triton's counters, then its cumulative durations (in us).
+_COUNTERS = (
+    (
+        "nv_inference_request_success",
+        "success",
+        "Number of successful inference requests, all batch sizes",
+    ),
+    ("nv_inference_count", "inference_count", f"Number of inferences performed {_NOT_CACHED}"),
+    (
+        "nv_inference_exec_count",
+        "execution_count",
+        f"Number of model executions performed {_NOT_CACHED}",
+    ),
+)
+_DURATIONS = (
+    (
+        "nv_inference_request_duration_us",
+        "request_ns",
+        f"Cumulative inference request duration in microseconds {_CACHED}",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "queue_ns",
+        f"Cumulative inference queuing duration in microseconds {_CACHED}",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "compute_input_ns",
+        f"Cumulative compute input duration in microseconds {_NOT_CACHED}",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "compute_infer_ns",
+        f"Cumulative compute inference duration in microseconds {_NOT_CACHED}",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "compute_output_ns",
+        f"Cumulative inference compute output duration in microseconds {_NOT_CACHED}",
+    ),
+)
+FAILURE_HELP = "Number of failed inference requests, all batch sizes"
+PENDING_HELP = "Instantaneous number of pending requests awaiting execution per-model."
+LOAD_HELP = "Model load time in seconds"
+
+
+@dataclass(frozen=True)
+class LatencyOptions:
+    """``--metrics-config`` keys that shape the latency families."""
+
+    counter_latencies: bool = True
+
+
+def version_key(entry: dict[str, Any]) -> tuple[str, str, str]:
+    return entry["model"], entry["version"], entry.get("gpu_uuid", "")
+
+
+def merge_versions(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sum per-version entries of the same model, version and GPU over replicas (load time:
+    the slowest replica's), in first-seen order."""
+    merged: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for entry in entries:
+        key = version_key(entry)
+        total = merged.get(key)
+        if total is None:
+            merged[key] = {
+                **entry,
+                "failures": {r: entry.get("failures", {}).get(r, 0) for r in FAILURE_REASONS},
+            }
+            continue
+        for name in SUMMED_FIELDS:
+            total[name] = total.get(name, 0) + entry.get(name, 0)
+        for reason in FAILURE_REASONS:
+            total["failures"][reason] += entry.get("failures", {}).get(reason, 0)
+        total["load_duration_s"] = max(
+            total.get("load_duration_s", 0.0), entry.get("load_duration_s", 0.0)
+        )
+    return list(merged.values())
+
+
+def labels_of(entry: dict[str, Any]) -> dict[str, str]:
+    """Triton's labels of a model version, in its order (``gpu_uuid`` for GPU instances)."""
+    labels = {"model": entry["model"], "version": entry["version"]}
+    if entry.get("gpu_uuid"):
+        labels = {"gpu_uuid": entry["gpu_uuid"], **labels}
+    return labels
+
+
+def model_families(
+    versions: list[dict[str, Any]], options: LatencyOptions = LatencyOptions()
+) -> list[Family]:
+    """Triton's per-model families for merged ``versions`` (see :func:`merge_versions`)."""
+    families: list[Family] = []
+    success = Family(_COUNTERS[0][0], "counter", _COUNTERS[0][2])
+    failure = Family("nv_inference_request_failure", "counter", FAILURE_HELP)
+    families += [success, failure]
+    for entry in versions:
+        labels = labels_of(entry)
+        success.add(labels, int(entry.get("success", 0)))
+        for reason in FAILURE_REASONS:
+            with_reason = {k: v for k, v in labels.items() if k != "version"}
+            with_reason |= {"reason": reason, "version": labels["version"]}
+            failure.add(with_reason, int(entry["failures"].get(reason, 0)))
+    for name, field_name, help_text in _COUNTERS[1:]:
+        family = Family(name, "counter", help_text)
+        for entry in versions:
+            family.add(labels_of(entry), int(entry.get(field_name, 0)))
+        families.append(family)
+    if options.counter_latencies:
+        for name, field_name, help_text in _DURATIONS:
+            family = Family(name, "counter", help_text)
+            for entry in versions:
+                family.add(labels_of(entry), int(entry.get(field_name, 0)) // 1000)
+            families.append(family)
+    pending = Family("nv_inference_pending_request_count", "gauge", PENDING_HELP)
+    load = Family("nv_model_load_duration_secs", "gauge", LOAD_HELP)
+    for entry in versions:
+        pending.add(labels_of(entry), int(entry.get("pending", 0)))
+        load.add(labels_of(entry), float(entry.get("load_duration_s", 0.0)))
+    families += [pending, load]
+    return families

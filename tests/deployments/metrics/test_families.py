@@ -1,0 +1,93 @@
+from deployments.metrics.families import (
+    FAILURE_REASONS,
+    LatencyOptions,
+    merge_versions,
+    model_families,
+)
+
+
+def entry(model="m", version="1", **fields):
+    base = {
+        "model": model,
+        "version": version,
+        "success": 0,
+        "failures": {},
+        "inference_count": 0,
+        "execution_count": 0,
+        "request_ns": 0,
+        "queue_ns": 0,
+        "compute_input_ns": 0,
+        "compute_infer_ns": 0,
+        "compute_output_ns": 0,
+        "pending": 0,
+        "load_duration_s": 0.0,
+    }
+    return base | fields
+
+
+def by_name(families):
+    return {f.name: f for f in families}
+
+
+def test_replicas_of_a_version_add_up_and_versions_stay_apart():
+    merged = merge_versions(
+        [
+            entry(success=2, inference_count=5, request_ns=3_000, failures={"BACKEND": 1}),
+            entry(success=1, inference_count=1, request_ns=2_500, load_duration_s=1.5),
+            entry(version="2", success=7, load_duration_s=0.2),
+            entry(model="other", pending=3),
+        ]
+    )
+    assert [(e["model"], e["version"]) for e in merged] == [("m", "1"), ("m", "2"), ("other", "1")]
+    first = merged[0]
+    assert (first["success"], first["inference_count"], first["request_ns"]) == (3, 6, 5_500)
+    assert first["failures"] == {"REJECTED": 0, "CANCELED": 0, "BACKEND": 1, "OTHER": 0}
+    assert first["load_duration_s"] == 1.5  # the slowest replica's load
+
+
+def test_triton_families_names_types_labels_and_units():
+    families = by_name(
+        model_families(
+            merge_versions(
+                [
+                    entry(
+                        success=4,
+                        inference_count=10,
+                        execution_count=2,
+                        request_ns=9_999,
+                        queue_ns=1_000,
+                        failures={"REJECTED": 2},
+                        pending=1,
+                        load_duration_s=0.5,
+                    )
+                ]
+            )
+        )
+    )
+    labels = {"model": "m", "version": "1"}
+    success = families["nv_inference_request_success"]
+    assert success.kind == "counter"
+    assert [(s.labels, s.value) for s in success.samples] == [(labels, 4)]
+    failure = families["nv_inference_request_failure"]
+    assert [s.labels["reason"] for s in failure.samples] == list(FAILURE_REASONS)
+    assert list(failure.samples[0].labels) == ["model", "reason", "version"]  # Triton's order
+    assert {s.labels["reason"]: s.value for s in failure.samples}["REJECTED"] == 2
+    assert families["nv_inference_count"].samples[0].value == 10
+    assert families["nv_inference_exec_count"].samples[0].value == 2
+    assert families["nv_inference_request_duration_us"].samples[0].value == 9  # ns -> us
+    assert families["nv_inference_queue_duration_us"].samples[0].value == 1
+    pending = families["nv_inference_pending_request_count"]
+    assert (pending.kind, pending.samples[0].value) == ("gauge", 1)
+    assert families["nv_model_load_duration_secs"].samples[0].value == 0.5
+
+
+def test_gpu_instances_are_labelled_with_their_device():
+    (success, *_) = model_families(merge_versions([entry(gpu_uuid="GPU-1", success=1)]))
+    assert list(success.samples[0].labels) == ["gpu_uuid", "model", "version"]
+
+
+def test_counter_latencies_false_drops_the_duration_counters():
+    names = by_name(model_families([entry()], LatencyOptions(counter_latencies=False)))
+    assert "nv_inference_request_duration_us" not in names
+    assert "nv_inference_compute_infer_duration_us" not in names
+    assert "nv_inference_request_success" in names
