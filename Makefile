@@ -20,6 +20,12 @@ $(STAMP): pyproject.toml
 	# Its Python-backend stub needs numpy<2 (numpy 1.x ABI): a small environment of its own.
 	$(PYTHON) -m venv .venv-reference
 	.venv-reference/bin/pip install --quiet "numpy<2" onnxruntime
+	# A real Prometheus scrapes /metrics in the tests: Debian's package where apt can install
+	# it (as root); elsewhere install it yourself, or that test fails saying so.
+	command -v prometheus >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
+		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends prometheus)
 	touch $(STAMP)
 
 setup: $(STAMP)

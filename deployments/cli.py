@@ -28,6 +28,8 @@ from deployments.apps.server_args import (
     DEFAULT_POLL_SECS,
     ServerAppArgs,
 )
+from deployments.core.status import format_status
+from deployments.http.server_routes import STATUS_PATH
 from deployments.metrics.options import DEFAULT_INTERVAL_MS, DEFAULT_METRICS_PORT, MetricsAppArgs
 
 _INDEX_TIMEOUT_S = 60.0
@@ -289,6 +291,8 @@ def _print_endpoints(args: argparse.Namespace, endpoints: dict[str, str]) -> Non
         )
     if endpoints["dashboard"]:
         print(f"  Ray dashboard:              {endpoints['dashboard']}")
+    if endpoints["address"]:
+        print(f"  Ray cluster (--address):    {endpoints['address']}")
     print("\nCtrl-C to stop.", flush=True)
 
 
@@ -308,6 +312,47 @@ def _served_states() -> dict[str, str]:
             version = f"version {entry['version']}: " if "version" in entry else ""
             found.append(f"{entry['state']}: {version}{entry.get('reason', '')}")
     return {name: "; ".join(found) or "READY" for name, found in problems.items()}
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Models, versions, states and replicas of a running server, from its controller."""
+    import json
+
+    try:
+        document = _fetch_status(args)
+    except (OSError, RuntimeError, ValueError) as err:
+        where = f"the Ray cluster at {args.address}" if args.address else f"http://{args.url}"
+        print(f"error: no rayton server answered at {where}: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(document, indent=2) if args.json else format_status(document), end="")
+    return 0
+
+
+def _fetch_status(args: argparse.Namespace) -> dict:
+    import json
+    import urllib.error
+    import urllib.request
+
+    if args.address:
+        import ray
+        from ray import serve
+
+        ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
+        try:
+            controller = serve.get_deployment_handle(
+                CONTROLLER_DEPLOYMENT_NAME, app_name=SERVER_APP_NAME
+            )
+            return controller.status.remote().result(timeout_s=_INDEX_TIMEOUT_S)
+        except KeyError:
+            raise RuntimeError("it runs no rayton server application") from None
+        finally:
+            ray.shutdown()
+    url = f"http://{args.url}{STATUS_PATH}"
+    try:
+        with urllib.request.urlopen(url, timeout=_INDEX_TIMEOUT_S) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        raise RuntimeError(f"{err.code} {err.read().decode(errors='replace')}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -369,6 +414,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--dashboard-port", type=int, default=8265)
     _add_common(run)
     run.set_defaults(func=cmd_serve)
+
+    status = sub.add_parser("status", help="models, versions, states and replicas of a server")
+    status.add_argument(
+        "--url", default="127.0.0.1:8000", help="HOST:PORT of the server's HTTP endpoint"
+    )
+    status.add_argument(
+        "--address", default=None, help="ask the controller through this Ray cluster instead"
+    )
+    status.add_argument("--json", action="store_true", help="the status document as JSON")
+    status.set_defaults(func=cmd_status)
 
     from rayton_perf.cli import add_arguments as add_perf_arguments
     from rayton_perf.cli import run as run_perf

@@ -28,6 +28,7 @@ from deployments.apps.bls import install_bls
 from deployments.apps.ensemble_deployment import EnsembleSpec
 from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, ModelHandles
 from deployments.apps.model_deployment import ModelSpec, statistics_over_replicas
+from deployments.apps.replica_info import replica_info
 from deployments.apps.repository_access import ControllerRepository
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.model_host import ModelHost
@@ -145,6 +146,10 @@ class TritonModelHost:
         if method == "local_statistics":
             return slot.statistics(*args)
         return getattr(slot, method)(*args)
+
+    def replica_info(self) -> dict[str, Any]:
+        """Where this replica runs and the models it holds (for ``rayton status``)."""
+        return replica_info(sorted(self.host.slots))
 
     def metrics_snapshot(self) -> dict[str, Any]:
         """Every hosted model's metric counters and the python models' own metrics."""

@@ -25,6 +25,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
+from deployments.apps.replica_info import replica_info
 from deployments.core.model_slot import ModelSlot
 from deployments.core.served_model import ServedModel, VersionState
 from deployments.core.single_model import SingleModel
@@ -90,6 +91,10 @@ class ServedModelDeployment:
     async def statistics(self, version: str = "") -> list[dict[str, Any]]:
         """The model's statistics summed over all its replicas, as Triton reports a model."""
         return await statistics_over_replicas("local_statistics", version)
+
+    def replica_info(self) -> dict[str, Any]:
+        """Where this replica runs (for ``rayton status``)."""
+        return replica_info([self.slot.name])
 
     def metrics_snapshot(self) -> dict[str, Any]:
         """This replica's metric counters and its python models' own metrics."""

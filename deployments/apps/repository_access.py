@@ -34,6 +34,9 @@ class ControllerRepository:
     async def index(self, ready_only: bool) -> list[dict[str, Any]]:
         return await self.handle.index.remote(ready_only)
 
+    async def status(self) -> dict[str, Any]:
+        return await self.handle.status.remote()
+
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
         await self.handle.load.remote(model, config, files)
 

@@ -39,6 +39,7 @@ from deployments.apps.host_deployment import HOST_APP_NAME, HOST_ROUTE_PREFIX
 from deployments.apps.model_apps import LoadOutcome, ServeModelApps
 from deployments.apps.server_args import ServerAppArgs
 from deployments.core.server_core import RepositoryView
+from deployments.core.status import status_document
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.live_repository import LiveRepository, load_failed_error
 from repo_adapter.repository import RepositoryModel
@@ -338,6 +339,15 @@ class RepositoryController:
             "host": bool(self._hosted),
             "models": [name for name in served if name not in self._hosted],
         }
+
+    async def status(self) -> dict[str, Any]:
+        """``rayton status``: the repository index and where every served model's replicas
+        run (node, GPU ids)."""
+        targets = self.metrics_targets()
+        replicas = await self.apps.replicas(targets["models"], targets["host"])
+        return status_document(
+            self.spec.model_repository, self.spec.model_control_mode, self.index(), replicas
+        )
 
     def started(self) -> bool:
         """Whether the start-up loads all finished (each model READY or UNAVAILABLE)."""

@@ -82,6 +82,8 @@ class Repository(Protocol):
 
     async def unload(self, model: str, unload_dependents: bool) -> None: ...
 
+    async def status(self) -> dict[str, Any]: ...
+
 
 class ServerCore:
     """Server-wide protocol logic, transport-neutral: what both frontends answer.
@@ -146,6 +148,10 @@ class ServerCore:
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         return await self.repository.index(ready_only)
+
+    async def status(self) -> dict[str, Any]:
+        """rayton's status document (``rayton status``): models, versions, replicas."""
+        return await self.repository.status()
 
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
         """Triton's repository ``load``; errors as Triton answers them."""

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from deployments.core.latency_sketch import WindowedSketch
 from repo_adapter.inference_types import ComputeTimes
 
 _INFERENCE_STAT_KEYS = (
@@ -32,6 +33,8 @@ CANCELED = "CANCELED"  # the client went away before it ran
 BACKEND = "BACKEND"  # its execution failed
 OTHER = "OTHER"  # anything else (an ensemble step failed)
 FAILURE_REASONS = (REJECTED, CANCELED, BACKEND, OTHER)
+# Durations whose recent quantiles the metrics can show (Triton's summary_latencies).
+LATENCY_KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
 
 
 @dataclass
@@ -92,6 +95,7 @@ class VersionStatistics:
         self.execution_count = 0
         self.durations = {key: Duration() for key in _INFERENCE_STAT_KEYS}
         self.failures = dict.fromkeys(FAILURE_REASONS, 0)  # sums to durations["fail"].count
+        self.latencies = {kind: WindowedSketch() for kind in LATENCY_KINDS}  # microseconds
         self.batch_stats: dict[int, BatchStats] = {}
 
     def record_execution(self, timing: ExecutionTiming, requests: list[RequestOutcome]) -> None:
@@ -109,8 +113,16 @@ class VersionStatistics:
         batch.compute_input.add(compute.input_ns)
         batch.compute_infer.add(compute.infer_ns)
         batch.compute_output.add(compute.output_ns)
+        now = time.time()
+        latencies = self.latencies
         for outcome in requests:
             total_ns = end_ns - outcome.arrival_ns
+            if not outcome.failed:
+                latencies["request"].observe(total_ns / 1000, now)
+                latencies["queue"].observe((start_ns - outcome.arrival_ns) / 1000, now)
+                latencies["compute_input"].observe(compute.input_ns / 1000, now)
+                latencies["compute_infer"].observe(compute.infer_ns / 1000, now)
+                latencies["compute_output"].observe(compute.output_ns / 1000, now)
             if outcome.failed:
                 self.durations["fail"].add(total_ns)
                 self.failures[BACKEND] += 1
@@ -144,6 +156,7 @@ class VersionStatistics:
             "compute_input_ns": durations["compute_input"].ns,
             "compute_infer_ns": durations["compute_infer"].ns,
             "compute_output_ns": durations["compute_output"].ns,
+            "latency_windows": {kind: s.snapshot() for kind, s in self.latencies.items()},
         }
 
     def to_json(self) -> dict[str, Any]:

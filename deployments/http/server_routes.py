@@ -27,6 +27,9 @@ from deployments.http.responses import (
 from deployments.http.wire import json_loads
 from repo_adapter.errors import InferenceServerError
 
+# rayton's own route (not Triton's): what `rayton status --url` reads.
+STATUS_PATH = "/v2/rayton/status"
+
 
 class ServerHttpEndpoints:
     """Dispatches one server-wide HTTP request to :class:`ServerCore`."""
@@ -50,6 +53,8 @@ class ServerHttpEndpoints:
                 return get_only(method) or json_response(
                     {"model_stats": await core.all_statistics()}
                 )
+            if path == STATUS_PATH:
+                return get_only(method) or json_response(await core.status())
             if path.startswith("/v2/repository/"):
                 return await self._repository(path, method, request)
             if path.startswith("/v2/models/"):

@@ -37,7 +37,11 @@ class MetricsCollector:
 
     def __init__(self, fetch: ReplicaSnapshots, args: MetricsAppArgs) -> None:
         self._fetch = fetch
-        self._latency = LatencyOptions(counter_latencies=args.setting("counter_latencies", True))
+        self._latency = LatencyOptions(
+            counter_latencies=args.setting("counter_latencies", True),
+            summary_latencies=args.setting("summary_latencies", False),
+            quantiles=args.quantiles(),
+        )
         self._cpu = CpuSampler() if args.allow_cpu_metrics else None
         self._gpu = GpuSampler() if args.allow_gpu_metrics else None
         self._system: list[Family] = []

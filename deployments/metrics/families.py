@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from deployments.core.statistics import FAILURE_REASONS
+from deployments.core.latency_sketch import merge_windows, quantile
+from deployments.core.statistics import FAILURE_REASONS, LATENCY_KINDS
 from deployments.metrics.exposition import Family
 
 # Per-version counters that add up over replicas (nanoseconds for durations).
@@ -79,11 +80,43 @@ PENDING_HELP = "Instantaneous number of pending requests awaiting execution per-
 LOAD_HELP = "Model load time in seconds"
 
 
+# (family, statistics field of its _sum, help): Triton's summaries, one per latency kind.
+_SUMMARIES = {
+    "request": (
+        "nv_inference_request_summary_us",
+        "request_ns",
+        f"Summary of inference request duration in microseconds {_CACHED}",
+    ),
+    "queue": (
+        "nv_inference_queue_summary_us",
+        "queue_ns",
+        f"Summary of inference queuing duration in microseconds {_CACHED}",
+    ),
+    "compute_input": (
+        "nv_inference_compute_input_summary_us",
+        "compute_input_ns",
+        f"Cumulative compute input duration in microseconds {_NOT_CACHED}",
+    ),
+    "compute_infer": (
+        "nv_inference_compute_infer_summary_us",
+        "compute_infer_ns",
+        f"Cumulative compute inference duration in microseconds {_NOT_CACHED}",
+    ),
+    "compute_output": (
+        "nv_inference_compute_output_summary_us",
+        "compute_output_ns",
+        f"Cumulative inference compute output duration in microseconds {_NOT_CACHED}",
+    ),
+}  # Triton 2.51's help texts, "Cumulative" for the compute ones included
+
+
 @dataclass(frozen=True)
 class LatencyOptions:
     """``--metrics-config`` keys that shape the latency families."""
 
     counter_latencies: bool = True
+    summary_latencies: bool = False
+    quantiles: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99, 0.999)
 
 
 def version_key(entry: dict[str, Any]) -> tuple[str, str, str]:
@@ -96,13 +129,17 @@ def merge_versions(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     merged: dict[tuple[str, str, str], dict[str, Any]] = {}
     for entry in entries:
         key = version_key(entry)
+        windows = entry.get("latency_windows", {})
         total = merged.get(key)
         if total is None:
             merged[key] = {
                 **entry,
                 "failures": {r: entry.get("failures", {}).get(r, 0) for r in FAILURE_REASONS},
+                "latency_windows": {kind: [windows[kind]] for kind in windows},
             }
             continue
+        for kind, window in windows.items():
+            total["latency_windows"].setdefault(kind, []).append(window)
         for name in SUMMED_FIELDS:
             total[name] = total.get(name, 0) + entry.get(name, 0)
         for reason in FAILURE_REASONS:
@@ -147,6 +184,8 @@ def model_families(
             for entry in versions:
                 family.add(labels_of(entry), int(entry.get(field_name, 0)) // 1000)
             families.append(family)
+    if options.summary_latencies:
+        families += _summary_families(versions, options.quantiles)
     pending = Family("nv_inference_pending_request_count", "gauge", PENDING_HELP)
     load = Family("nv_model_load_duration_secs", "gauge", LOAD_HELP)
     for entry in versions:
@@ -154,3 +193,25 @@ def model_families(
         load.add(labels_of(entry), float(entry.get("load_duration_s", 0.0)))
     families += [pending, load]
     return families
+
+
+def _summary_families(versions: list[dict[str, Any]], quantiles: tuple[float, ...]) -> list[Family]:
+    """Triton's summaries: ``_count`` and ``_sum`` over all time (the counters' values), the
+    quantiles over the last minute of every replica's requests."""
+    families = []
+    for kind in LATENCY_KINDS:
+        name, sum_field, help_text = _SUMMARIES[kind]
+        family = Family(name, "summary", help_text)
+        for entry in versions:
+            labels = labels_of(entry)
+            family.add(labels, int(entry.get("success", 0)), "_count")
+            family.add(labels, int(entry.get(sum_field, 0)) // 1000, "_sum")
+            buckets = merge_windows(entry.get("latency_windows", {}).get(kind, []))
+            for q in quantiles:
+                family.add({**labels, "quantile": _quantile_label(q)}, quantile(buckets, q))
+        families.append(family)
+    return families
+
+
+def _quantile_label(q: float) -> str:
+    return repr(q) if not float(q).is_integer() else str(int(q))

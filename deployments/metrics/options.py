@@ -7,7 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 DEFAULT_METRICS_PORT = 8002
 DEFAULT_INTERVAL_MS = 2000  # Triton's --metrics-interval-ms
 # Triton's --metrics-config keys rayton implements; others are refused, never ignored.
-_BOOLEAN_KEYS = ("counter_latencies",)
+_BOOLEAN_KEYS = ("counter_latencies", "summary_latencies")
+_QUANTILES_KEY = "summary_quantiles"
+DEFAULT_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)  # Triton's default summary quantiles
 
 
 class MetricsAppArgs(BaseModel):
@@ -37,19 +39,47 @@ class MetricsAppArgs(BaseModel):
         for setting in self.metrics_config:
             found, parsed = parse_setting(setting)
             if found == key:
+                value = bool(parsed)
+        return value
+
+    def quantiles(self) -> tuple[float, ...]:
+        """``summary_quantiles`` (Triton's ``q:error`` pairs; the error is not used: rayton's
+        quantiles are within ~2% of their value), or Triton's defaults."""
+        value: tuple[float, ...] = DEFAULT_QUANTILES
+        for setting in self.metrics_config:
+            found, parsed = parse_setting(setting)
+            if found == _QUANTILES_KEY:
                 value = parsed
         return value
 
 
-def parse_setting(setting: str) -> tuple[str, bool]:
-    """``key=value`` of ``--metrics-config`` as (key, value); ValueError says what is wrong."""
+def parse_setting(setting: str) -> tuple[str, bool | tuple[float, ...]]:
+    """``key=value`` of ``--metrics-config``; ValueError says what is wrong."""
     key, sep, value = setting.partition("=")
     if not sep or not key:
         raise ValueError(f"--metrics-config expects <setting>=<value>, got '{setting}'")
+    if key == _QUANTILES_KEY:
+        return key, _quantiles(value)
     if key not in _BOOLEAN_KEYS:
-        raise ValueError(
-            f"unknown --metrics-config setting '{key}' (supported: {', '.join(_BOOLEAN_KEYS)})"
-        )
+        supported = ", ".join((*_BOOLEAN_KEYS, _QUANTILES_KEY))
+        raise ValueError(f"unknown --metrics-config setting '{key}' (supported: {supported})")
     if value.lower() not in ("true", "false", "1", "0"):
         raise ValueError(f"--metrics-config {key} must be true or false, got '{value}'")
     return key, value.lower() in ("true", "1")
+
+
+def _quantiles(value: str) -> tuple[float, ...]:
+    quantiles = []
+    for pair in value.split(","):
+        quantile, _, _error = pair.partition(":")
+        try:
+            number = float(quantile)
+        except ValueError:
+            number = -1.0
+        if not 0.0 <= number <= 1.0:
+            raise ValueError(
+                f"--metrics-config summary_quantiles expects <quantile>:<error> pairs with "
+                f"quantiles in [0, 1], got '{pair}'"
+            )
+        quantiles.append(number)
+    return tuple(quantiles)

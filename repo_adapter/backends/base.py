@@ -22,7 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.datatypes import config_to_protocol, protocol_to_numpy
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,16 @@ class TensorBackend(Backend):
 
     def _execute_sync(self, requests: list[InferRequest]) -> ExecuteResult:
         batching = self.config.max_batch_size > 0
+        start = time.monotonic_ns()
         rows = [_request_rows(request) if batching else 1 for request in requests]
         inputs = self._gather_inputs(requests, batching)
+        infer_start = time.monotonic_ns()
         outputs = self.run(inputs)
-        return self._scatter_outputs(requests, outputs, rows, batching)
+        infer_end = time.monotonic_ns()
+        results = self._scatter_outputs(requests, outputs, rows, batching)
+        return report_compute(
+            results, ComputeTimes(infer_start - start, infer_end - infer_start, 0)
+        )
 
     def _gather_inputs(self, requests: list[InferRequest], batching: bool) -> dict[str, np.ndarray]:
         gathered: dict[str, np.ndarray] = {}
@@ -205,6 +211,20 @@ class TensorBackend(Backend):
             )
             for i, request in enumerate(requests)
         ]
+
+
+class TimedResults(list):
+    """An execution's results, with how long it spent gathering inputs and in the model
+    itself (``compute.input_ns``, ``compute.infer_ns``), failed requests included."""
+
+    compute: ComputeTimes
+
+
+def report_compute(results: ExecuteResult, phases: ComputeTimes) -> TimedResults:
+    """``results`` as the batcher reads them: it counts the rest of the execution as output."""
+    timed = TimedResults(results)
+    timed.compute = phases
+    return timed
 
 
 def _request_rows(request: InferRequest) -> int:

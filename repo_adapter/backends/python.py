@@ -23,6 +23,7 @@ import concurrent.futures
 import inspect
 import json
 import logging
+import time
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,17 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from repo_adapter.backends.base import Backend, ExecuteResult, InstanceSpec, ModelVersion
+from repo_adapter.backends.base import (
+    Backend,
+    ExecuteResult,
+    InstanceSpec,
+    ModelVersion,
+    report_compute,
+)
 from repo_adapter.config import config_to_json_dict, config_to_json_text
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
 from repo_adapter.python_backend import model_loader, runtime
 from repo_adapter.python_backend.dtypes import as_protocol_array, enum_to_protocol
 from repo_adapter.python_backend.inference import (
@@ -249,14 +256,21 @@ class PythonBackend(Backend):
         loop = asyncio.get_running_loop()
         self._loop = loop
         runtime.bind_event_loop(loop)
+        start = time.monotonic_ns()
         pb_requests = [from_infer_request(r, self._default_outputs) for r in requests]
+        infer_ns = 0
         outcomes: list[Any] = [None] * len(pb_requests)
         try:
             pending = list(range(len(pb_requests)))
+            infer_start = time.monotonic_ns()
             while pending:
                 batch = [pb_requests[i] for i in pending]
+                called = time.monotonic_ns()
                 try:
-                    returned = await self._call_execute(batch, loop)
+                    try:
+                        returned = await self._call_execute(batch, loop)
+                    finally:  # a raising execute() ran too
+                        infer_ns += time.monotonic_ns() - called
                     matched = self._match_responses(batch, returned)
                 except Exception as err:
                     message = self._batch_error_message(err)
@@ -273,10 +287,11 @@ class PythonBackend(Backend):
                     else:
                         outcomes[i] = outcome
                 pending = rescheduled
-            return [
+            results = [
                 await self._result(pb_requests[i], request, outcomes[i])
                 for i, request in enumerate(requests)
             ]
+            return report_compute(results, ComputeTimes(infer_start - start, infer_ns, 0))
         except asyncio.CancelledError:
             # The caller gave up: let is_cancelled() tell a still-running execute.
             for pb_request in pb_requests:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import urllib.request
 from typing import Any
 
 import numpy as np
@@ -596,6 +597,49 @@ def _(t: Target) -> Any:
     return t.client.statistics("versioned", "3")
 
 
+# --------------------------------------------------------------------------------- metrics
+# After the statistics: /metrics read the same records, so the same counts.
+
+_DURATION_SUFFIX = "_duration_us"
+
+
+def scrape_metrics(t: Target) -> dict[str, dict[str, Any]]:
+    """``/metrics`` as family -> {type, labels: sorted label names, samples: labels -> value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(t.server.metrics_url, timeout=30) as response:
+        text = response.read().decode()
+    families: dict[str, dict[str, Any]] = {}
+    for family in text_string_to_metric_families(text):
+        keys = sorted({key for sample in family.samples for key in sample.labels})
+        samples = {
+            ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())): s.value
+            for s in family.samples
+        }
+        families[family.name] = {"type": family.type, "labels": keys, "samples": samples}
+    return families
+
+
+@case("metrics[families]", "metrics", "GET :8002/metrics: each family's type and labels", raw=True)
+def _(t: Target) -> Any:
+    return {
+        name: {"type": f["type"], "labels": f["labels"]} for name, f in scrape_metrics(t).items()
+    }
+
+
+@case("metrics[counts]", "metrics", "per-model counters after the sequence", raw=True)
+def _(t: Target) -> Any:
+    observed: dict[str, Any] = {}
+    for name, family in scrape_metrics(t).items():
+        if not name.startswith("nv_inference_"):
+            continue  # CPU and GPU readings differ between machines and moments
+        for labels, value in family["samples"].items():
+            # Durations differ run to run: compare whether time was recorded.
+            timed = name.endswith(_DURATION_SUFFIX)
+            observed[f"{name}{{{labels}}}"] = value > 0 if timed else value
+    return observed
+
+
 CASES = REGISTRY.cases
 
 # What the suite deliberately does not compare, and why (for the README section).
@@ -613,5 +657,8 @@ NOT_COMPARED: tuple[tuple[str, str], ...] = (
         "not implemented in rayton yet (and not advertised)",
     ),
     ("model load/unload (explicit model control)", "only the refusal in mode 'none' is compared"),
-    ("Prometheus metrics", "not compared yet"),
+    (
+        "CPU and GPU metric values",
+        "readings of the machine; their families, types and labels are compared",
+    ),
 )

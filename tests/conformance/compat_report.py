@@ -32,6 +32,7 @@ GROUP_TITLES = {
     "errors": "Errors (status code and message)",
     "classification": "Classification extension",
     "statistics": "Statistics extension (exact counts after the whole sequence)",
+    "metrics": "Prometheus metrics (`/metrics`: families, types, labels, per-model counts)",
 }
 
 
@@ -102,8 +103,9 @@ def render() -> str:
         "`nvidia-pytriton`) and against rayton, both serving one model repository unmodified, "
         "through `tritonclient.http` and raw HTTP, then the client cases again through "
         "`tritonclient.grpc`. It compares status codes, error messages, "
-        "metadata, `/config` JSON, outputs (datatype, shape, values), statistics counts and "
-        "the extension list. Only what legitimately varies between runs is normalised away: "
+        "metadata, `/config` JSON, outputs (datatype, shape, values), statistics counts, "
+        "the extension list and the Prometheus metrics. Only what legitimately varies "
+        "between runs is normalised away: "
         "durations and timestamps (only whether time was recorded is compared), the Python "
         "traceback Triton appends to model errors, and the order of outputs and of inputs "
         "named in messages (Triton's is hash-map order). Every other difference fails the "

@@ -26,6 +26,7 @@ class Server:
     name: str
     http_url: str
     grpc_url: str | None = None
+    metrics_url: str | None = None  # http://host:port/metrics
 
 
 @dataclass

@@ -51,12 +51,24 @@ def servers(serve_cluster) -> Iterator[tuple[Server, Server]]:
     try:
         not_ready = [m for m in reference.repository_index() if m.get("state") != "READY"]
         assert not not_ready, f"the reference could not load the repository: {not_ready}"
-        grpc_port = free_port()
-        serve_cluster.deploy_live(REPOSITORY, "none", grpc_port=grpc_port)  # as rayton serve
+        grpc_port, metrics_port = free_port(), free_port()
+        serve_cluster.deploy_live(  # as rayton serve
+            REPOSITORY, "none", grpc_port=grpc_port, metrics_port=metrics_port
+        )
         wait_ready(serve_cluster.http_url)
         yield (
-            Server("reference", reference.http_url.removeprefix("http://"), reference.grpc_url),
-            Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}"),
+            Server(
+                "reference",
+                reference.http_url.removeprefix("http://"),
+                reference.grpc_url,
+                reference.metrics_url,
+            ),
+            Server(
+                "rayton",
+                serve_cluster.http_url,
+                f"127.0.0.1:{grpc_port}",
+                f"http://127.0.0.1:{metrics_port}/metrics",
+            ),
         )
     finally:
         reference.cleanup()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -109,9 +111,9 @@ def test_build_metrics_settings_and_without_metrics(example_repository, tmp_path
     names = [app["name"] for app in yaml.safe_load(output.read_text())["applications"]]
     assert "rayton-metrics" not in names
     capsys.readouterr()
-    bad = ["--metrics-config", "summary_quantiles=0.5:0.05"]
+    bad = ["--metrics-config", "cache_latencies=true"]
     assert main(["build", str(example_repository), "-o", str(output), *bad]) == 2
-    assert "unknown --metrics-config setting 'summary_quantiles'" in capsys.readouterr().err
+    assert "unknown --metrics-config setting 'cache_latencies'" in capsys.readouterr().err
 
 
 @pytest.mark.cluster
@@ -173,6 +175,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         with urllib.request.urlopen(metrics_url, timeout=30) as response:
             page = response.read().decode()
         assert 'nv_inference_request_success{model="add_sub",version="1"}' in page
+        check_rayton_status(url, lines)
         with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
             assert client.is_model_ready("add_sub")
             big = np.array([[b"x" * (6 * 1024 * 1024)]], dtype=np.object_)  # > 4 MiB
@@ -303,3 +306,36 @@ def test_serve_exits_with_the_reason_when_the_metrics_port_is_taken(example_repo
     assert server.returncode == 1, stderr[-2000:]
     assert "failed to start the metrics service" in stderr
     assert "Address already in use" in stderr
+
+
+def check_rayton_status(url: str, startup_lines: list[str]) -> None:
+    """``rayton status`` of the running server: text over HTTP, JSON through Ray."""
+    rayton = [str(Path(sys.executable).parent / "rayton"), "status"]
+    text = subprocess.run(
+        [*rayton, "--url", url], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[3:] if line[:1] != " "}
+    assert rows["add_sub"][1:4] == ["1", "READY", "1"], text  # one replica: the shared host
+    assert rows["init_raises"][2] == "UNAVAILABLE", text
+    assert rows["image_classifier_onnx"][1:3] == ["-", "not"], text  # explicit: not loaded
+    assert "    replica " in text, text
+    (address,) = [line.split()[-1] for line in startup_lines if "Ray cluster (--address)" in line]
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    document = json.loads(
+        subprocess.run(
+            [*rayton, "--address", address, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            env=env,
+        ).stdout
+    )
+    add_sub = document["models"]["add_sub"]
+    assert add_sub["versions"] == [{"version": "1", "state": "READY", "reason": ""}]
+    (replica,) = add_sub["replicas"]
+    assert replica["gpu_ids"] == [] and replica["pid"] > 0
+    # The node as Ray registered it, in both forms.
+    assert f"replica {replica['replica']}  node {replica['node_ip']} " in text
+    assert document["models"]["init_raises"]["versions"][0]["state"] == "UNAVAILABLE"
+    assert document["model_control_mode"] == "explicit"

@@ -15,6 +15,7 @@ from typing import Any
 
 from deployments.core.server_core import RepositoryView
 from deployments.core.single_model import SingleModel
+from deployments.core.status import status_document
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.live_repository import LiveRepository, load_failed_error
 from repo_adapter.request_validation import model_not_found
@@ -41,6 +42,10 @@ class InProcessRepository:
 
     async def index(self, ready_only: bool) -> list[dict[str, Any]]:
         return self.repository.index(ready_only)
+
+    async def status(self) -> dict[str, Any]:
+        # Models run in this test process: there are no replicas to list.
+        return status_document(str(self.repository.root), "explicit", self.repository.index(), [])
 
     async def load(
         self, model: str, config: str | None = None, files: dict[str, bytes] | None = None

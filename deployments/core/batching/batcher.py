@@ -39,7 +39,7 @@ from deployments.core.statistics import (
     VersionStatistics,
 )
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse
 
 logger = logging.getLogger(__name__)
 
@@ -176,9 +176,11 @@ class DynamicBatcher:
             return
         start_ns = time.monotonic_ns()
         requests = [item.request for item in batch]
-        infer_start_ns = time.monotonic_ns()
+        phases = None
         try:
-            results = list(await execute(requests))
+            returned = await execute(requests)
+            phases = getattr(returned, "compute", None)  # backends' report_compute
+            results = list(returned)
             if len(results) != len(batch):
                 raise InferenceServerError(
                     f"backend returned {len(results)} responses for {len(batch)} requests",
@@ -189,10 +191,10 @@ class DynamicBatcher:
         except Exception as err:  # a backend bug must fail this batch, not the replica
             logger.exception("model '%s' failed to execute a batch", self.name)
             results = [InferenceServerError(str(err), StatusCode.INTERNAL)] * len(batch)
-        infer_end_ns = time.monotonic_ns()
+        executed_ns = time.monotonic_ns()
         for item, result in zip(batch, results, strict=True):
             _resolve(item, result)
-        timing = ExecutionTiming(start_ns, infer_start_ns, infer_end_ns, time.monotonic_ns())
+        timing = _timing(start_ns, executed_ns, phases)
         # What an ensemble over this model sums; set before any waiter resumes (no await since
         # the futures were resolved), so every caller sees it.
         compute = timing.compute
@@ -213,6 +215,18 @@ class DynamicBatcher:
             task.cancel()
         for item in self._pending.drain():
             _resolve(item, InferenceServerError("model is unloading", StatusCode.UNAVAILABLE))
+
+
+def _timing(start_ns: int, executed_ns: int, phases: ComputeTimes | None) -> ExecutionTiming:
+    """The execution's phases: gathering inputs and the model itself as the backend measured
+    them (``report_compute``); the rest, scattering outputs included, is compute output. A
+    backend that reports nothing (or raised) counts as all inference."""
+    end_ns = time.monotonic_ns()
+    if phases is None:
+        return ExecutionTiming(start_ns, start_ns, executed_ns, end_ns)
+    infer_start_ns = min(start_ns + phases.input_ns, executed_ns)
+    infer_end_ns = min(infer_start_ns + phases.infer_ns, executed_ns)
+    return ExecutionTiming(start_ns, infer_start_ns, infer_end_ns, end_ns)
 
 
 def _failed(result: InferResponse | BaseException) -> bool:

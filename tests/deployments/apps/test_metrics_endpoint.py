@@ -3,7 +3,14 @@ equal to the statistics extension's counts, summed over replicas and over the sh
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
+import subprocess
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,11 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from deployments.metrics.grafana import dashboard
 from tests.support.live_models import write_chain
 from tests.support.ports import free_port
+from tests.support.processes import session_pids, start_session
 
 pytestmark = pytest.mark.cluster
 
@@ -174,11 +184,18 @@ def scrape_settled(port: int, url: str) -> tuple[dict, list]:
     return scrape(port), stats
 
 
-def test_dedicated_replicas_are_summed_and_match_the_statistics(serve_cluster, repository):
+@pytest.fixture(scope="class")
+def dedicated(serve_cluster, repository):
+    """The repository as a Serve config deploys it: every model its own replicas."""
     metrics_port = free_port()
     serve_cluster.deploy_repository(repository, metrics_port=metrics_port)
-    try:
-        url = serve_cluster.http_url
+    yield metrics_port
+    serve_cluster.delete_all()
+
+
+class TestDedicatedReplicas:
+    def test_replicas_are_summed_and_match_the_statistics(self, serve_cluster, dedicated):
+        url, metrics_port = serve_cluster.http_url, dedicated
         before = scrape(metrics_port)
         outcomes = run_the_mix(url)
         after, stats = scrape_settled(metrics_port, url)
@@ -199,33 +216,79 @@ def test_dedicated_replicas_are_summed_and_match_the_statistics(serve_cluster, r
         assert summed[("nv_cpu_memory_total_bytes", ())] > summed[("nv_cpu_memory_used_bytes", ())]
         # The same counters through Ray's metrics export (metrics agent of the node).
         expected = value(summed, "nv_inference_request_success", "counted")
+        ray_port = serve_cluster.ray_metrics_port
+        assert wait_until(lambda: ray_value(ray_port, "counted") == expected, 60), ray_value(
+            ray_port, "counted"
+        )
+        # ... and the python model's own counter, both ways.
         assert wait_until(
-            lambda: ray_value(serve_cluster.ray_metrics_port, "counted") == expected, 60
-        ), ray_value(serve_cluster.ray_metrics_port, "counted")
-    finally:
-        serve_cluster.delete_all()
+            lambda: ray_value(ray_port, "counted", "ray_rayton_test_requests_total") == custom, 60
+        )
+
+    def test_a_real_prometheus_scrapes_both_endpoints(self, serve_cluster, dedicated, tmp_path):
+        binary = shutil.which("prometheus")
+        assert binary, "no prometheus binary: 'make setup' installs Debian's package as root"
+        port = free_port()
+        jobs = {"rayton": dedicated, "ray": serve_cluster.ray_metrics_port}
+        config = {
+            "global": {"scrape_interval": "1s"},
+            "scrape_configs": [
+                {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{target}"]}]}
+                for job, target in jobs.items()
+            ],
+        }
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        command = [binary, f"--config.file={tmp_path / 'prometheus.yml'}"]
+        command += [f"--storage.tsdb.path={tmp_path / 'data'}", "--log.level=warn"]
+        command += [f"--web.listen-address=127.0.0.1:{port}"]
+        prometheus = start_session(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            series = 'nv_inference_request_success{job="rayton",model="unbatched",version="1"}'
+            ray_series = 'ray_nv_inference_request_success_total{model="unbatched",version="1"}'
+            assert wait_until(lambda: query(port, series) is not None, 60), "never scraped"
+            start = query(port, series)
+            for _ in range(5):
+                assert infer(serve_cluster.http_url, "unbatched", 1.0) == "ok"
+            assert wait_until(lambda: query(port, series) == start + 5, 30), query(port, series)
+            assert wait_until(lambda: query(port, ray_series) == start + 5, 60), query(
+                port, ray_series
+            )
+            # Every query of the shipped Grafana dashboard is valid PromQL over these series.
+            for panel in dashboard()["panels"]:
+                for target in panel["targets"]:
+                    expr = target["expr"].replace("$model", ".*")
+                    expr = expr.replace("$__rate_interval", "1m")
+                    answer = query_api(port, expr)
+                    assert answer["status"] == "success", (panel["title"], answer)
+            requests_panel = dashboard()["panels"][0]["targets"][0]["expr"]
+            assert query_api(
+                port,
+                requests_panel.replace("$model", "unbatched").replace("$__rate_interval", "1m"),
+            )["data"]["result"], "the throughput panel shows no series"
+        finally:
+            for pid in session_pids(prometheus.pid):
+                os.kill(pid, signal.SIGKILL)
+            prometheus.wait(10)
 
 
-def ray_value(port: int, model: str) -> float | None:
-    """``ray_nv_inference_request_success_total`` of ``model`` version 1, as Ray exports it."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name != "ray_nv_inference_request_success_total":
-                continue
-            if sample.labels.get("model") == model and sample.labels.get("version") == "1":
-                return sample.value
-    return None
+def query_api(port: int, promql: str) -> dict:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:  # 400 with Prometheus's error for invalid PromQL
+        return json.loads(err.read())
 
 
-def wait_until(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(1.0)
-    return False
+def query(port: int, promql: str) -> float | None:
+    """The value of ``promql`` (one series) from Prometheus's HTTP query API, or None."""
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            result = json.loads(response.read())["data"]["result"]
+    except OSError:
+        return None
+    return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
 def test_the_shared_host_is_scraped_too(serve_cluster, repository):
@@ -270,3 +333,27 @@ def _input(value_: float):
     tensor = httpclient.InferInput("IN", [1, 1], "FP32")
     tensor.set_data_from_numpy(np.full((1, 1), value_, np.float32))
     return tensor
+
+
+def ray_value(
+    port: int, model: str, name: str = "ray_nv_inference_request_success_total"
+) -> float | None:
+    """Sample ``name`` of ``model`` (version 1 where it has versions), as Ray exports it."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != name or sample.labels.get("model") != model:
+                continue
+            if sample.labels.get("version", "1") == "1":
+                return sample.value
+    return None
+
+
+def wait_until(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(1.0)
+    return False

@@ -91,3 +91,39 @@ def test_counter_latencies_false_drops_the_duration_counters():
     assert "nv_inference_request_duration_us" not in names
     assert "nv_inference_compute_infer_duration_us" not in names
     assert "nv_inference_request_success" in names
+
+
+def test_summary_latencies_add_quantiles_over_every_replicas_last_minute():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from deployments.core.statistics import RequestOutcome, VersionStatistics
+    from deployments.metrics.exposition import render
+    from repo_adapter.inference_types import ComputeTimes
+
+    replicas = [VersionStatistics("m", "1"), VersionStatistics("m", "1")]
+    for number, statistics in enumerate(replicas):
+        for request_us in range(100, 1100, 100):  # 10 requests per replica
+            end_ns = 10_000_000_000
+            arrival_ns = end_ns - (request_us + number * 1000) * 1000
+            statistics.record_composed(
+                arrival_ns,
+                end_ns,
+                ComputeTimes(0, 50_000, 0),
+                [RequestOutcome(arrival_ns, 1, False)],
+            )
+    merged = merge_versions([s.metrics_entry() for s in replicas])
+    options = LatencyOptions(summary_latencies=True, quantiles=(0.5, 0.99))
+    text = render(model_families(merged, options))
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    request = families["nv_inference_request_summary_us"]
+    assert request.type == "summary"
+    samples = {(s.name, s.labels.get("quantile")): s.value for s in request.samples}
+    assert samples[("nv_inference_request_summary_us_count", None)] == 20
+    assert 1000 * 0.97 < samples[("nv_inference_request_summary_us", "0.5")] < 1100 * 1.03
+    assert samples[("nv_inference_request_summary_us", "0.99")] > 1900  # the slower replica
+    infer = {
+        s.labels.get("quantile"): s.value
+        for s in families["nv_inference_compute_infer_summary_us"].samples
+    }
+    assert abs(infer["0.5"] - 50) / 50 < 0.03
+    assert "nv_inference_queue_summary_us" not in by_name(model_families(merged))  # off by default

@@ -94,6 +94,17 @@ async def test_batch_is_split_back_per_request(tmp_path):
         )
 
 
+async def test_the_execution_reports_gathering_inputs_and_inference_apart(tmp_path):
+    """Triton's compute_input is the gather (concatenating the batch), compute_infer the run."""
+    backend = loaded(make_model(tmp_path, "mlp", mlp))
+    arrays = [np.ones((64, 8), np.float32) for _ in range(32)]
+    responses = await backend.execute([request(INPUT0=("FP32", a)) for a in arrays])
+    assert len(responses) == 32
+    compute = responses.compute  # one report for the execution
+    assert compute.input_ns > 0 and compute.infer_ns > 0
+    assert compute.output_ns == 0  # the batcher counts the rest of the execution as output
+
+
 async def test_dtype_round_trip_fp32_int64_bool_fp16_bytes(tmp_path):
     scanned = make_model(tmp_path, "typed", save_onnx_typed_ops)  # auto-completed config
     types = {t.name: mc.DataType.Name(t.data_type) for t in scanned.config.output}

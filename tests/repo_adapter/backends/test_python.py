@@ -177,6 +177,25 @@ async def test_async_execute_is_awaited_on_the_event_loop(load):
     assert backend._model.last_thread == threading.current_thread().name
 
 
+async def test_compute_infer_is_the_models_execute_and_input_the_conversion(load):
+    backend = load("async_add")
+    requests = [request("async_add", fp32("INPUT0", [[1.0, 2.0]])) for _ in range(3)]
+    calls = []
+    execute = backend._model.execute
+
+    async def slow_execute(batch):
+        calls.append(len(batch))
+        await asyncio.sleep(0.02)
+        return await execute(batch)
+
+    backend._model.execute = slow_execute
+    results = await backend.execute(requests)
+    compute = results.compute
+    assert calls == [3]
+    assert compute.infer_ns >= 20_000_000  # execute() itself
+    assert 0 < compute.input_ns < compute.infer_ns  # building the pb_utils requests
+
+
 async def test_sync_execute_runs_on_one_dedicated_thread(load):
     backend = load("add_sub")
     seen = set()

@@ -9,8 +9,9 @@ import pytest
 
 from deployments.core.batching import BatchPolicy, DynamicBatcher
 from deployments.core.statistics import VersionStatistics
+from repo_adapter.backends.base import report_compute
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
 from tests.deployments.core.batching.test_queue import make_policy
 
 
@@ -248,4 +249,21 @@ async def test_a_failing_execution_is_a_backend_failure():
         await run.submit(request(2), 2)
     assert statistics.metrics_entry()["failures"]["BACKEND"] == 1
     assert statistics.metrics_entry()["execution_count"] == 1
+    await run.close()
+
+
+async def test_the_backends_phases_split_compute_input_infer_and_output():
+    async def reporting(requests):
+        await asyncio.sleep(0.02)
+        failed = InferenceServerError("a per-request failure", StatusCode.INTERNAL)
+        return report_compute([failed], ComputeTimes(input_ns=3_000_000, infer_ns=10_000_000))
+
+    statistics = VersionStatistics("m", "1")
+    run = DynamicBatcher("m_1", policy(), reporting, statistics)
+    with pytest.raises(InferenceServerError):
+        await run.submit(request(1), 1)
+    batch = statistics.to_json()["batch_stats"][0]  # failed requests' executions count too
+    assert batch["compute_input"]["ns"] == 3_000_000
+    assert batch["compute_infer"]["ns"] == 10_000_000
+    assert batch["compute_output"]["ns"] >= 7_000_000  # the rest of the 20 ms execution
     await run.close()

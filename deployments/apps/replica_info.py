@@ -1,0 +1,33 @@
+"""Where a replica runs (node, GPUs, process): what ``rayton status`` lists per model."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import ray
+from ray import serve
+
+
+def replica_info(models: list[str]) -> dict[str, Any]:
+    """This replica: its Serve id, node id and address, the GPU ids Ray gave it, its pid."""
+    node_id = ray.get_runtime_context().get_node_id()
+    return {
+        "replica": serve.get_replica_context().replica_id.unique_id,
+        "node_id": node_id,
+        "node_ip": _node_address(node_id),
+        "gpu_ids": [str(gpu) for gpu in ray.get_gpu_ids()],
+        "pid": os.getpid(),
+        "models": models,
+    }
+
+
+@functools.cache
+def _node_address(node_id: str) -> str:
+    """The address the node registered with (``ray start --node-ip-address``), not a guess
+    from this machine's interfaces."""
+    for node in ray.nodes():
+        if node["NodeID"] == node_id:
+            return node["NodeManagerAddress"]
+    return ""
