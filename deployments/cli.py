@@ -231,6 +231,12 @@ def _deploy(args: argparse.Namespace, serve, run_target) -> None:
         deploy_models=True,
         cpu_models=args.cpu_models,
         model_file_override_dir=args.model_file_override_dir,
+        log_file=args.log_file,
+        log_info=args.log_info == "true",
+        log_warning=args.log_warning == "true",
+        log_error=args.log_error == "true",
+        log_verbose_level=args.log_verbose,
+        log_format=args.log_format,
     )
     plans = front_applications(server_args, **_grpc(args), metrics=_metrics(args))
     serve.start(http_options={"host": args.http_host, "port": args.http_port})
@@ -410,6 +416,20 @@ def main(argv: list[str] | None = None) -> int:
         default="true",
         help="true: /v2/health/ready fails while a model failed to load (as Triton)",
     )
+    run.add_argument(
+        "--log-file",
+        default="",
+        metavar="PATH",
+        help="also write rayton's and the python models' log lines to PATH on each node",
+    )
+    for level in ("info", "warning", "error"):
+        run.add_argument(
+            f"--log-{level}", choices=("true", "false"), default="true", help=f"{level} lines"
+        )
+    run.add_argument(
+        "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose lines when > 0"
+    )
+    run.add_argument("--log-format", choices=("default", "ISO8601"), default="default")
     run.add_argument("--address", default=None, help="join this Ray cluster (default: start one)")
     run.add_argument("--dashboard-port", type=int, default=8265)
     _add_common(run)

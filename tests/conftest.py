@@ -72,6 +72,7 @@ class ServeCluster:
         cpu_models: str = "shared",
         model_file_override_dir: str | None = None,
         metrics_port: int | None = None,
+        log_file: str = "",
     ) -> list[str]:
         """Deploy as ``rayton serve`` does: the repository controller deploys the models.
 
@@ -90,6 +91,7 @@ class ServeCluster:
             deploy_models=True,
             cpu_models=cpu_models,
             model_file_override_dir=model_file_override_dir,
+            log_file=log_file,
         )
         return self._run(
             front_applications(args, grpc_port=grpc_port, metrics=_metrics_args(metrics_port))

@@ -21,7 +21,7 @@ from ray.serve import Application
 from cluster.placement import GRACEFUL_SHUTDOWN_TIMEOUT_S, placement_for
 from cluster.resources import cluster_gpu_ids
 from deployments.apps.ensemble_deployment import EnsembleSpec, TritonEnsemble
-from deployments.apps.grpc_deployment import TritonGrpcServer
+from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME, TritonGrpcServer
 from deployments.apps.host_deployment import HOST_DEPLOYMENT_NAME, TritonModelHost, hosted_entry
 from deployments.apps.metrics_deployment import (
     METRICS_APP_NAME,
@@ -32,7 +32,7 @@ from deployments.apps.model_deployment import ModelSpec, TritonModel
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
 from deployments.apps.repository_controller import RepositoryController
 from deployments.apps.server_args import ServerAppArgs
-from deployments.apps.server_deployment import TritonServer
+from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME, TritonServer
 from deployments.core.server_core import SERVER_VERSION
 from deployments.grpc.server import GrpcSpec
 from deployments.metrics.options import MetricsAppArgs
@@ -43,13 +43,10 @@ from repo_adapter.repository import RepositoryModel
 logger = logging.getLogger(__name__)
 
 SERVER_APP_NAME = CONTROLLER_APP_NAME  # the controller is a deployment of the server app
-SERVER_DEPLOYMENT_NAME = "server"
-GRPC_APP_NAME = "rayton-grpc"
 MODEL_APP_IMPORT_PATH = "deployments.apps.builders:build_model_app"
 SERVER_APP_IMPORT_PATH = "deployments.apps.builders:build_server_app"
 GRPC_APP_IMPORT_PATH = "deployments.apps.builders:build_grpc_app"
 METRICS_APP_IMPORT_PATH = "deployments.apps.builders:build_metrics_app"
-GRPC_DEPLOYMENT_NAME = "grpc"
 DEFAULT_GRPC_PORT = 8001
 
 

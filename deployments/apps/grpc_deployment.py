@@ -11,17 +11,22 @@ TCP/HTTP2 load balancer, as for Serve's HTTP proxies.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 from ray import serve
 
 from deployments.apps.handles import ModelHandles
+from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
 from deployments.apps.repository_access import ControllerRepository
 from deployments.grpc.server import GrpcSpec, start_grpc_server
 
 logger = logging.getLogger(__name__)
 
 _STOP_GRACE_S = 2.0
+GRPC_APP_NAME = "rayton-grpc"
+GRPC_DEPLOYMENT_NAME = "grpc"
 
 
 @serve.deployment
@@ -36,6 +41,11 @@ class TritonGrpcServer:
             spec, ModelHandles(), ControllerRepository()
         )
         logger.info("Triton gRPC endpoint listening on %s", spec.address)
+        asyncio.get_running_loop().create_task(adopt_log_settings())
+
+    def apply_log_settings(self, settings: dict[str, Any]) -> None:
+        """Triton's log settings, from the controller."""
+        apply_in_this_replica(settings)
 
     def address(self) -> str:
         return self.spec.address

@@ -14,6 +14,7 @@ hosted model runs its instance group's ``count`` instances in every host replica
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
 from deployments.apps.ensemble_deployment import EnsembleSpec
 from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, ModelHandles
+from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
 from deployments.apps.model_deployment import ModelSpec, statistics_over_replicas
 from deployments.apps.replica_info import replica_info
 from deployments.apps.repository_access import ControllerRepository
@@ -75,6 +77,8 @@ class TritonModelHost:
     # ------------------------------------------------------------------ the hosted set
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        if not self._started:  # first call: the replica is starting
+            asyncio.get_running_loop().create_task(adopt_log_settings())
         wanted = {name: self._builder(name, entry) for name, entry in user_config["models"].items()}
         # Endpoints first: a model's routes exist (answering "not ready") while it loads.
         await self.host.apply(wanted, wait=not self._started)
@@ -146,6 +150,10 @@ class TritonModelHost:
         if method == "local_statistics":
             return slot.statistics(*args)
         return getattr(slot, method)(*args)
+
+    def apply_log_settings(self, settings: dict[str, Any]) -> None:
+        """Triton's log settings, from the controller."""
+        apply_in_this_replica(settings)
 
     def replica_info(self) -> dict[str, Any]:
         """Where this replica runs and the models it holds (for ``rayton status``)."""

@@ -25,6 +25,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME
+from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
 from deployments.apps.repository_access import ControllerRepository
 from deployments.metrics.collector import MetricsCollector, gather_snapshots
 from deployments.metrics.exposition import CONTENT_TYPE
@@ -86,6 +87,11 @@ class TritonMetrics:
         self._server = _QuietServer(app, sock)
         self._sampler = asyncio.get_running_loop().create_task(self._sample_every_interval())
         logger.info("Triton metrics on http://%s:%d/metrics", self.args.metrics_host, self.port)
+        asyncio.get_running_loop().create_task(adopt_log_settings())
+
+    def apply_log_settings(self, settings: dict[str, Any]) -> None:
+        """Triton's log settings, from the controller."""
+        apply_in_this_replica(settings)
 
     async def _metrics(self, request: Request) -> Response:
         try:

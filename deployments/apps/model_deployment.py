@@ -10,6 +10,7 @@ that surface, shared with ensembles.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -25,6 +26,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
+from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
 from deployments.apps.replica_info import replica_info
 from deployments.core.model_slot import ModelSlot
 from deployments.core.served_model import ServedModel, VersionState
@@ -53,12 +55,16 @@ class ServedModelDeployment:
     def __init__(self, name: str) -> None:
         self.slot = ModelSlot(name)
         self._http = ModelHttpEndpoints(self.slot, self.statistics)
+        self._log_settings_adopted = False
 
     def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
         """The generation ``user_config`` describes and how to build its model."""
         raise NotImplementedError
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        if not self._log_settings_adopted:  # first call: the replica is starting
+            self._log_settings_adopted = True
+            asyncio.get_running_loop().create_task(adopt_log_settings())
         generation, build = self.build(user_config)
         await self.slot.load(generation, build)
 
@@ -91,6 +97,10 @@ class ServedModelDeployment:
     async def statistics(self, version: str = "") -> list[dict[str, Any]]:
         """The model's statistics summed over all its replicas, as Triton reports a model."""
         return await statistics_over_replicas("local_statistics", version)
+
+    def apply_log_settings(self, settings: dict[str, Any]) -> None:
+        """Triton's log settings, from the controller."""
+        apply_in_this_replica(settings)
 
     def replica_info(self) -> dict[str, Any]:
         """Where this replica runs (for ``rayton status``)."""

@@ -37,6 +37,12 @@ class ControllerRepository:
     async def status(self) -> dict[str, Any]:
         return await self.handle.status.remote()
 
+    async def log_settings(self) -> dict[str, Any]:
+        return await self.handle.log_settings.remote()
+
+    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        return await self.handle.update_log_settings.remote(changes)
+
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
         await self.handle.load.remote(model, config, files)
 

@@ -35,9 +35,15 @@ from ray import serve
 
 from cluster.placement import placement_for
 from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
-from deployments.apps.host_deployment import HOST_APP_NAME, HOST_ROUTE_PREFIX
+from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME
+from deployments.apps.host_deployment import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, HOST_ROUTE_PREFIX
+from deployments.apps.log_control import broadcast_log_settings
+from deployments.apps.metrics_deployment import METRICS_APP_NAME, METRICS_DEPLOYMENT_NAME
 from deployments.apps.model_apps import LoadOutcome, ServeModelApps
+from deployments.apps.repository_access import CONTROLLER_APP_NAME
 from deployments.apps.server_args import ServerAppArgs
+from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME
+from deployments.core.log_settings import LogSettings, apply_log_settings, log_settings_error
 from deployments.core.server_core import RepositoryView
 from deployments.core.status import status_document
 from repo_adapter.errors import InferenceServerError, StatusCode
@@ -67,6 +73,15 @@ class RepositoryController:
         )
         self.apps = ServeModelApps()
         self._changes = asyncio.Lock()  # one repository change at a time
+        self._log_settings = LogSettings(
+            log_file=spec.log_file,
+            log_info=spec.log_info,
+            log_warning=spec.log_warning,
+            log_error=spec.log_error,
+            log_verbose_level=spec.log_verbose_level,
+            log_format=spec.log_format,
+        )
+        apply_log_settings(self._log_settings)
         self._started = False
         self._unplaceable: set[str] = set()
         self._hosted: dict[str, dict] = {}  # the shared host's models (its user_config)
@@ -331,6 +346,32 @@ class RepositoryController:
             config_owned=not self.spec.deploy_models,
         )
 
+    # ------------------------------------------------------------------ log settings
+
+    def log_settings(self) -> dict[str, Any]:
+        """Triton's log settings, as every replica applies them."""
+        return self._log_settings.to_json()
+
+    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change the log settings everywhere; Triton's errors for a bad setting.
+
+        Raises:
+            InferenceServerError: INVALID_ARG for an unknown key, a wrong type, or a log file
+                that cannot be opened (nothing changes then).
+        """
+        settings = self._log_settings.updated(changes)
+        try:
+            apply_log_settings(settings)
+        except OSError as err:
+            raise log_settings_error(err) from None
+        self._log_settings = settings
+        targets = self.metrics_targets()
+        deployments = [(name, name) for name in targets["models"]]
+        if targets["host"]:
+            deployments.append((HOST_DEPLOYMENT_NAME, HOST_APP_NAME))
+        await broadcast_log_settings(settings, [*front_deployments(), *deployments])
+        return settings.to_json()
+
     def metrics_targets(self) -> dict[str, Any]:
         """Where the served models' replicas are: ``host`` (the shared host runs some) and
         ``models`` (those with a deployment of their own, named after the model)."""
@@ -361,3 +402,12 @@ def _any_ready(versions: dict[str, dict[str, str]]) -> bool:
 def _version_reasons(versions: dict[str, dict[str, str]]) -> str:
     reasons = sorted({s["reason"] for s in versions.values() if s.get("reason")})
     return "; ".join(reasons) or "no version could be loaded"
+
+
+def front_deployments() -> list[tuple[str, str]]:
+    """``(deployment, application)`` of the front applications (those deployed answer)."""
+    return [
+        (SERVER_DEPLOYMENT_NAME, CONTROLLER_APP_NAME),
+        (GRPC_DEPLOYMENT_NAME, GRPC_APP_NAME),
+        (METRICS_DEPLOYMENT_NAME, METRICS_APP_NAME),
+    ]

@@ -38,6 +38,13 @@ class ServerAppArgs(BaseModel):
     # Where a repository load may write the model files a client sends (Triton's file:
     # parameters: model code from the network); None refuses them.
     model_file_override_dir: str | None = None
+    # Triton's --log-* start-up settings (the logging extension changes all but the file).
+    log_file: str = ""
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_verbose_level: int = Field(0, ge=0)
+    log_format: Literal["default", "ISO8601"] = "default"
 
     @model_validator(mode="after")
     def _config_owned_models_do_not_change(self) -> ServerAppArgs:

@@ -36,6 +36,7 @@ EXTENSIONS = [
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "logging",
 ]
 UNLOAD_DEPENDENTS = "model_repository(unload_dependents)"
 _HANDLE_TIMEOUT_S = 5.0
@@ -83,6 +84,10 @@ class Repository(Protocol):
     async def unload(self, model: str, unload_dependents: bool) -> None: ...
 
     async def status(self) -> dict[str, Any]: ...
+
+    async def log_settings(self) -> dict[str, Any]: ...
+
+    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class ServerCore:
@@ -152,6 +157,14 @@ class ServerCore:
     async def status(self) -> dict[str, Any]:
         """rayton's status document (``rayton status``): models, versions, replicas."""
         return await self.repository.status()
+
+    async def log_settings(self) -> dict[str, Any]:
+        """Triton's logging extension: the settings every replica follows."""
+        return await self.repository.log_settings()
+
+    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Apply ``changes`` everywhere; the new settings (Triton's errors for bad ones)."""
+        return await self.repository.update_log_settings(changes)
 
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
         """Triton's repository ``load``; errors as Triton answers them."""

@@ -8,7 +8,7 @@ stay wire bytes here: :mod:`deployments.grpc.routing` reads only the model name 
 Errors are :class:`InferenceServerError` mapped to gRPC status codes as Triton maps them.
 
 Not supported, answered as Triton answers when a feature is compiled out or unavailable:
-system / CUDA shared memory (UNIMPLEMENTED), trace settings and log settings (UNAVAILABLE).
+system / CUDA shared memory (UNIMPLEMENTED), trace settings (UNAVAILABLE).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ _CUDA_SHM = (
     "request (raw_input_contents)"
 )
 _TRACE = "the server does not support trace"
-_LOGGING = "the server does not support dynamic logging"
 _REPOSITORY_NAME = "'repository_name' specification is not supported"
 
 
@@ -248,6 +247,27 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         await self.core.unload(request.model_name, bool(dependents and dependents.bool_param))
         return pb.RepositoryModelUnloadResponse()
 
+    @_rpc
+    async def LogSettings(self, request: pb.LogSettingsRequest, context) -> pb.LogSettingsResponse:
+        changes = {
+            key: getattr(value, value.WhichOneof("parameter_choice") or "string_param")
+            for key, value in request.settings.items()
+        }
+        if changes:
+            settings = await self.core.update_log_settings(changes)
+        else:
+            settings = await self.core.log_settings()
+        response = pb.LogSettingsResponse()
+        for key, value in settings.items():
+            entry = response.settings[key]
+            if isinstance(value, bool):
+                entry.bool_param = value
+            elif isinstance(value, int):
+                entry.uint32_param = value
+            else:
+                entry.string_param = value
+        return response
+
     # ------------------------------------------------------------------ not supported
 
     SystemSharedMemoryStatus = _unsupported(_SYSTEM_SHM, StatusCode.UNSUPPORTED)
@@ -257,7 +277,6 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     CudaSharedMemoryRegister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
     CudaSharedMemoryUnregister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
     TraceSetting = _unsupported(_TRACE, StatusCode.UNAVAILABLE)
-    LogSettings = _unsupported(_LOGGING, StatusCode.UNAVAILABLE)
 
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]

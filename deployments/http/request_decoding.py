@@ -113,10 +113,10 @@ def decode_infer_request(
     if header_length == 0:
         return _decode_raw_request(body, model_name, model_version, _raw_input_spec(raw_input))
     if header_length is None or header_length == len(body):
-        header = _parse_json_header(body)
+        header = parse_json_object(body)
         payload = memoryview(b"")
     else:
-        header = _parse_json_header(body[:header_length])
+        header = parse_json_object(body[:header_length])
         payload = memoryview(body)[header_length:]
     return InferRequest(
         model_name=model_name,
@@ -158,7 +158,7 @@ def _inference_header_length(value: str | None, body_length: int) -> int | None:
     return length
 
 
-def _parse_json_header(buffer: bytes | bytearray | memoryview) -> dict[str, Any]:
+def parse_json_object(buffer: bytes | bytearray | memoryview) -> dict[str, Any]:
     try:
         header = json_loads(buffer)
     except json.JSONDecodeError as err:

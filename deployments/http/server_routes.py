@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from deployments.core.server_core import ServerCore
+from deployments.http.request_decoding import parse_json_object
 from deployments.http.responses import (
     METHOD_NOT_ALLOWED,
     NOT_FOUND,
@@ -53,6 +54,8 @@ class ServerHttpEndpoints:
                 return get_only(method) or json_response(
                     {"model_stats": await core.all_statistics()}
                 )
+            if path == "/v2/logging":
+                return await self._logging(method, request)
             if path == STATUS_PATH:
                 return get_only(method) or json_response(await core.status())
             if path.startswith("/v2/repository/"):
@@ -85,6 +88,14 @@ class ServerHttpEndpoints:
                 await self.core.unload(parts[4], unload_dependents(parameters))
             return empty_response(200)
         return json_response(NOT_FOUND, 404)
+
+    async def _logging(self, method: str, request: Request) -> Response:
+        if method == "GET":
+            return json_response(await self.core.log_settings())
+        if method != "POST":
+            return json_response(METHOD_NOT_ALLOWED, 405)
+        changes = parse_json_object(await request.body())
+        return json_response(await self.core.update_log_settings(changes))
 
     async def _unrouted_model(self, path: str) -> Response:
         parts = [p for p in path.split("/") if p]

@@ -74,7 +74,6 @@ UNIMPLEMENTED_EXTENSIONS = (
     "system_shared_memory",
     "cuda_shared_memory",
     "trace",
-    "logging",
 )
 
 
@@ -123,7 +122,7 @@ ALLOWED: tuple[Difference, ...] = (
         "server_metadata",
         "/body/extensions",
         "Only implemented extensions are advertised (perf_analyzer and others act on the "
-        "list): sequence batching, shared memory, trace, logging and unload_dependents are not "
+        "list): sequence batching, shared memory, trace and unload_dependents are not "
         "implemented yet.",
         relation=_extensions_minus_unimplemented,
     ),
@@ -178,6 +177,29 @@ ALLOWED: tuple[Difference, ...] = (
 )
 
 ALLOWED += (
+    *_entries(
+        "logging[bad *]",
+        ("/status",),
+        "Triton answers 500 for a setting of the wrong JSON type only because TritonJson "
+        "errors default to INTERNAL; rayton answers 400 with the same message.",
+        reference=500,
+        rayton=400,
+    ),
+    *_entries("logging[not json]", ("/status",), _JSON_CLIENT_ERROR, reference=500, rayton=400),
+    Difference(
+        "logging[not json]",
+        "/body/error",
+        "The parser's own detail after the common prefix differs (Python json, not rapidjson).",
+        relation=_both_start_with("failed to parse the request JSON buffer: "),
+    ),
+    Difference(
+        "logging[bad format]",
+        "/status",
+        "Triton answers 503 (UNAVAILABLE) for an unknown log_format, which clients may retry; "
+        "rayton answers 400 with the same message: the request is wrong, not the server.",
+        reference=503,
+        rayton=400,
+    ),
     Difference(
         "metrics[counts]",
         "/nv_inference_request_failure{model=pipeline,reason=OTHER,version=1}",

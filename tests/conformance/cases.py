@@ -597,6 +597,45 @@ def _(t: Target) -> Any:
     return t.client.statistics("versioned", "3")
 
 
+# --------------------------------------------------------------------------------- logging
+# Raw HTTP only; the last case puts the defaults back.
+
+_LOGGING_CASES = (
+    ("logging[defaults]", "GET /v2/logging: Triton's defaults", "GET", None),
+    ("logging[verbose]", "POST /v2/logging: a verbose level", "POST", {"log_verbose_level": 1}),
+    (
+        "logging[several]",
+        "POST /v2/logging: several settings at once",
+        "POST",
+        {"log_info": False, "log_warning": False, "log_format": "ISO8601"},
+    ),
+    ("logging[bad bool]", "POST /v2/logging: a string for a boolean", "POST", {"log_info": "x"}),
+    (
+        "logging[bad level]",
+        "POST /v2/logging: a negative verbose level",
+        "POST",
+        {"log_verbose_level": -1},
+    ),
+    ("logging[bad format]", "POST /v2/logging: an unknown format", "POST", {"log_format": "x"}),
+    ("logging[unknown]", "POST /v2/logging: an unknown setting", "POST", {"no_such": True}),
+    ("logging[not json]", "POST /v2/logging: a body that is not JSON", "POST", b"{nope"),
+    (
+        "logging[restore]",
+        "POST /v2/logging: the defaults again",
+        "POST",
+        {"log_info": True, "log_warning": True, "log_verbose_level": 0, "log_format": "default"},
+    ),
+)
+for _name, _description, _method, _body in _LOGGING_CASES:
+    REGISTRY.add(
+        _name,
+        "logging",
+        _description,
+        lambda t, m=_method, b=_body: t.raw(m, "/v2/logging", b),
+        raw=True,
+    )
+
+
 # --------------------------------------------------------------------------------- metrics
 # After the statistics: /metrics read the same records, so the same counts.
 
@@ -645,7 +684,7 @@ CASES = REGISTRY.cases
 # What the suite deliberately does not compare, and why (for the README section).
 NOT_COMPARED: tuple[tuple[str, str], ...] = (
     (
-        "gRPC-only RPCs (ModelStreamInfer, shared memory, trace and log settings)",
+        "gRPC-only RPCs (ModelStreamInfer, shared memory, trace and log settings) and log_file",
         "checked by rayton's own tests (tests/deployments/grpc), not against Triton yet",
     ),
     (
@@ -653,7 +692,7 @@ NOT_COMPARED: tuple[tuple[str, str], ...] = (
         "tritonserver 2.51 crashes on it; rayton answers 400 as current Triton documents",
     ),
     (
-        "sequence batching, decoupled models, shared memory, trace, logging",
+        "sequence batching, decoupled models, shared memory, trace",
         "not implemented in rayton yet (and not advertised)",
     ),
     ("model load/unload (explicit model control)", "only the refusal in mode 'none' is compared"),

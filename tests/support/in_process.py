@@ -13,6 +13,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from deployments.core.log_settings import LogSettings
 from deployments.core.server_core import RepositoryView
 from deployments.core.single_model import SingleModel
 from deployments.core.status import status_document
@@ -27,6 +28,7 @@ class InProcessRepository:
     def __init__(self, root: Path | str) -> None:
         self.repository = LiveRepository(root)
         self.models: dict[str, SingleModel] = {}
+        self._log_settings = LogSettings()  # kept, not applied: models run in the test process
 
     # ------------------------------------------------------------------ Repository
 
@@ -42,6 +44,13 @@ class InProcessRepository:
 
     async def index(self, ready_only: bool) -> list[dict[str, Any]]:
         return self.repository.index(ready_only)
+
+    async def log_settings(self) -> dict[str, Any]:
+        return self._log_settings.to_json()
+
+    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        self._log_settings = self._log_settings.updated(changes)
+        return self._log_settings.to_json()
 
     async def status(self) -> dict[str, Any]:
         # Models run in this test process: there are no replicas to list.
