@@ -113,7 +113,10 @@ class TritonMetrics:
                 logger.exception("sampling or exporting metrics failed")
 
     async def _replica_snapshots(self) -> list[dict[str, Any]]:
-        targets = await self._controller.handle.metrics_targets.remote()
+        # Bounded: a controller that does not answer must not hang scrapes or the Ray export.
+        targets = await asyncio.wait_for(
+            self._controller.handle.metrics_targets.remote(), _SNAPSHOT_TIMEOUT_S
+        )
         deployments = [(name, name) for name in targets["models"]]
         if targets["host"]:
             deployments.append((HOST_DEPLOYMENT_NAME, HOST_APP_NAME))
