@@ -16,28 +16,19 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import yaml
 
 from cluster.local import FAST_INGRESS_ENV
 from tests.support.ports import free_port
-from tests.support.processes import session_pids, start_session
+from tests.support.processes import server_ready, session_pids, start_session
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT_DRAINS = {
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
     "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S": "2",
 }
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def measure(extra_env: dict[str, str]) -> tuple[float, float, float]:
@@ -65,7 +56,7 @@ def measure(extra_env: dict[str, str]) -> tuple[float, float, float]:
     )
     try:
         start = time.monotonic()
-        while not _ready(f"127.0.0.1:{port}") and time.monotonic() - start < 300:
+        while not server_ready(f"127.0.0.1:{port}") and time.monotonic() - start < 300:
             time.sleep(1)
         ready_s = time.monotonic() - start
         server.send_signal(signal.SIGINT)

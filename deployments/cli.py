@@ -163,8 +163,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     problem = _check_startup_models(args)
+    metrics = None
     try:
-        _metrics(args)
+        metrics = _metrics(args)
     except ValueError as err:
         problem = problem or str(err)
     if problem:
@@ -184,9 +185,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     code = 0
     try:
         if not stop.is_set():
-            _deploy(args, serve, RunTarget)
+            _deploy(args, metrics, serve, RunTarget)
         if not stop.is_set() and _wait_for_models(stop):
-            _print_endpoints(args, endpoints)
+            _print_endpoints(args, metrics, endpoints)
             stop.wait()
     except StartupError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
@@ -218,7 +219,7 @@ def _drain(serve) -> None:
         print(f"draining failed ({err}); stopping anyway", file=sys.stderr, flush=True)
 
 
-def _deploy(args: argparse.Namespace, serve, run_target) -> None:
+def _deploy(args: argparse.Namespace, metrics: MetricsAppArgs | None, serve, run_target) -> None:
     """The server (with the repository controller) and gRPC applications; the controller
     then deploys the models."""
     server_args = ServerAppArgs(
@@ -238,7 +239,7 @@ def _deploy(args: argparse.Namespace, serve, run_target) -> None:
         log_verbose_level=args.log_verbose,
         log_format=args.log_format,
     )
-    plans = front_applications(server_args, **_grpc(args), metrics=_metrics(args))
+    plans = front_applications(server_args, **_grpc(args), metrics=metrics)
     serve.start(http_options={"host": args.http_host, "port": args.http_port})
     targets = [
         run_target(
@@ -281,7 +282,9 @@ def _wait_for_models(stop: threading.Event) -> bool:
     return False
 
 
-def _print_endpoints(args: argparse.Namespace, endpoints: dict[str, str]) -> None:
+def _print_endpoints(
+    args: argparse.Namespace, metrics: MetricsAppArgs | None, endpoints: dict[str, str]
+) -> None:
     print("\nrayton is serving", args.model_repository)
     for name, state in _served_states().items():
         print(f"  {name:32s} {state}")
@@ -289,7 +292,6 @@ def _print_endpoints(args: argparse.Namespace, endpoints: dict[str, str]) -> Non
     grpc = _grpc(args)
     if grpc:
         print(f"  gRPC (Triton):              {grpc['grpc_host']}:{grpc['grpc_port']}")
-    metrics = _metrics(args)
     if metrics is not None:
         print(
             f"  Metrics (Prometheus):       "

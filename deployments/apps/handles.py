@@ -9,12 +9,16 @@ hot path (gRPC inference, ensemble steps).
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from repo_adapter.request_validation import model_not_found
+
+logger = logging.getLogger(__name__)
 
 # The shared model host (deployments/apps/host_deployment.py); named here, not imported, as
 # the host itself uses these handles.
@@ -76,3 +80,32 @@ class ModelHandles:
         if timeout_s is None:
             return await response
         return await asyncio.wait_for(response, timeout_s)
+
+
+_BROADCAST_TIMEOUT_S = 10.0
+_broadcast_handles: dict[tuple[str, str], DeploymentHandle] = {}
+
+
+async def broadcast(
+    targets: Iterable[tuple[str, str]],
+    method: str,
+    *args: Any,
+    timeout_s: float = _BROADCAST_TIMEOUT_S,
+) -> list[Any]:
+    """``method(*args)`` on every replica of each ``(deployment, application)``, concurrently:
+    the replicas' results in one list. A target that does not answer this time (not deployed,
+    replicas starting or stopping) is left out."""
+
+    async def one(deployment: str, app: str) -> list[Any]:
+        try:
+            handle = _broadcast_handles.get((deployment, app))
+            if handle is None:
+                handle = serve.get_deployment_handle(deployment, app_name=app)
+                _broadcast_handles[deployment, app] = handle
+            return await handle.broadcast(method, *args).results_async(timeout_s=timeout_s)
+        except Exception as err:
+            logger.debug("%s not answered by %s/%s: %r", method, app, deployment, err)
+            return []
+
+    found = await asyncio.gather(*(one(d, a) for d, a in targets))
+    return [result for results in found for result in results]

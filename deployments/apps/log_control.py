@@ -2,8 +2,8 @@
 
 The repository controller owns the settings (:class:`~deployments.core.log_settings.
 LogSettings`); a change is applied in the controller, then broadcast to every replica of every
-rayton deployment (``apply_log_settings``); a replica that starts later adopts them from the
-controller (:func:`adopt_log_settings`).
+rayton deployment, whose ``apply_log_settings`` runs :func:`apply_in_this_replica`; a replica
+that starts later adopts them from the controller (:func:`adopt_log_settings`).
 """
 
 from __future__ import annotations
@@ -41,18 +41,3 @@ async def adopt_log_settings() -> None:
         logger.debug("no log settings from the controller: %s", err)
         settings = LogSettings().to_json()
     apply_in_this_replica(settings)
-
-
-async def broadcast_log_settings(settings: LogSettings, deployments: list[tuple[str, str]]) -> None:
-    """``apply_log_settings`` on every replica of each ``(deployment, application)``."""
-
-    async def one(deployment: str, app: str) -> None:
-        try:
-            handle = serve.get_deployment_handle(deployment, app_name=app)
-            await handle.broadcast("apply_log_settings", settings.to_json()).results_async(
-                timeout_s=_TIMEOUT_S
-            )
-        except Exception as err:  # not deployed (no gRPC app, ...) or replicas restarting
-            logger.debug("log settings not applied to %s/%s: %s", app, deployment, err)
-
-    await asyncio.gather(*(one(d, a) for d, a in deployments))

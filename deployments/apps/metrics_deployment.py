@@ -24,10 +24,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME
+from deployments.apps.handles import broadcast
 from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
 from deployments.apps.repository_access import ControllerRepository
-from deployments.metrics.collector import MetricsCollector, gather_snapshots
+from deployments.metrics.collector import MetricsCollector
 from deployments.metrics.exposition import CONTENT_TYPE
 from deployments.metrics.options import MetricsAppArgs
 from deployments.metrics.ray_export import RayMetricsMirror
@@ -69,7 +69,6 @@ class TritonMetrics:
         self._controller = ControllerRepository()
         self.collector = MetricsCollector(self._replica_snapshots, self.args)
         self._ray_metrics = RayMetricsMirror()
-        self._handles: dict[tuple[str, str], Any] = {}
         sock = socket.socket(socket.AF_INET6 if ":" in self.args.metrics_host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -115,25 +114,9 @@ class TritonMetrics:
     async def _replica_snapshots(self) -> list[dict[str, Any]]:
         # Bounded: a controller that does not answer must not hang scrapes or the Ray export.
         targets = await asyncio.wait_for(
-            self._controller.handle.metrics_targets.remote(), _SNAPSHOT_TIMEOUT_S
+            self._controller.handle.model_deployments.remote(), _SNAPSHOT_TIMEOUT_S
         )
-        deployments = [(name, name) for name in targets["models"]]
-        if targets["host"]:
-            deployments.append((HOST_DEPLOYMENT_NAME, HOST_APP_NAME))
-        calls = [self._broadcast(name, app) for name, app in deployments]
-        return await gather_snapshots(calls)
-
-    def _broadcast(self, deployment: str, app: str):
-        async def call() -> list[dict[str, Any]]:
-            handle = self._handles.get((deployment, app))
-            if handle is None:
-                handle = serve.get_deployment_handle(deployment, app_name=app)
-                self._handles[deployment, app] = handle
-            return await handle.broadcast("metrics_snapshot").results_async(
-                timeout_s=_SNAPSHOT_TIMEOUT_S
-            )
-
-        return call
+        return await broadcast(targets, "metrics_snapshot", timeout_s=_SNAPSHOT_TIMEOUT_S)
 
     def metrics_port(self) -> int:
         return self.port

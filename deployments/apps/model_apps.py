@@ -96,26 +96,6 @@ class ServeModelApps:
             logger.debug("no slot status from '%s': %s", name, err)
             return []
 
-    async def replicas(self, dedicated: list[str], host: bool) -> list[dict[str, Any]]:
-        """Every replica's :func:`~deployments.apps.replica_info.replica_info`: those of each
-        model in ``dedicated`` and, with ``host``, the shared host's (unreachable ones left out)."""
-        targets = [(name, name) for name in dedicated]
-        if host:
-            targets.append((HOST_DEPLOYMENT_NAME, HOST_APP_NAME))
-
-        async def of(deployment: str, app: str) -> list[dict[str, Any]]:
-            try:
-                handle = serve.get_deployment_handle(deployment, app_name=app)
-                return await handle.broadcast("replica_info").results_async(
-                    timeout_s=_STATUS_TIMEOUT_S
-                )
-            except Exception as err:  # replicas starting or stopping
-                logger.debug("no replica info from '%s': %s", app, err)
-                return []
-
-        found = await asyncio.gather(*(of(d, a) for d, a in targets))
-        return [info for infos in found for info in infos]
-
     async def hosted_statuses(self, model: str) -> list[dict[str, Any] | None]:
         """``model``'s slot status in every replica of the shared host (None: not there)."""
         return [statuses.get(model) for statuses in await self._hosted.get()]

@@ -36,8 +36,8 @@ from ray import serve
 from cluster.placement import placement_for
 from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
 from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME
+from deployments.apps.handles import broadcast
 from deployments.apps.host_deployment import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, HOST_ROUTE_PREFIX
-from deployments.apps.log_control import broadcast_log_settings
 from deployments.apps.metrics_deployment import METRICS_APP_NAME, METRICS_DEPLOYMENT_NAME
 from deployments.apps.model_apps import LoadOutcome, ServeModelApps
 from deployments.apps.repository_access import CONTROLLER_APP_NAME
@@ -365,27 +365,23 @@ class RepositoryController:
         except OSError as err:
             raise log_settings_error(err) from None
         self._log_settings = settings
-        targets = self.metrics_targets()
-        deployments = [(name, name) for name in targets["models"]]
-        if targets["host"]:
-            deployments.append((HOST_DEPLOYMENT_NAME, HOST_APP_NAME))
-        await broadcast_log_settings(settings, [*front_deployments(), *deployments])
+        targets = [*front_deployments(), *self.model_deployments()]
+        await broadcast(targets, "apply_log_settings", settings.to_json())
         return settings.to_json()
 
-    def metrics_targets(self) -> dict[str, Any]:
-        """Where the served models' replicas are: ``host`` (the shared host runs some) and
-        ``models`` (those with a deployment of their own, named after the model)."""
+    def model_deployments(self) -> list[tuple[str, str]]:
+        """``(deployment, application)`` of every served model's replicas: each model with a
+        deployment of its own (named after it), and the shared host when it runs some."""
         served = self.repository.served_names()
-        return {
-            "host": bool(self._hosted),
-            "models": [name for name in served if name not in self._hosted],
-        }
+        targets = [(name, name) for name in served if name not in self._hosted]
+        if self._hosted:
+            targets.append((HOST_DEPLOYMENT_NAME, HOST_APP_NAME))
+        return targets
 
     async def status(self) -> dict[str, Any]:
         """``rayton status``: the repository index and where every served model's replicas
         run (node, GPU ids)."""
-        targets = self.metrics_targets()
-        replicas = await self.apps.replicas(targets["models"], targets["host"])
+        replicas = await broadcast(self.model_deployments(), "replica_info")
         return status_document(
             self.spec.model_repository, self.spec.model_control_mode, self.index(), replicas
         )

@@ -42,7 +42,9 @@ class WindowedSketch:
     def __init__(self) -> None:
         self._slots: dict[int, dict[int, int]] = {}
 
-    def observe(self, value: float, now: float | None = None) -> None:
+    def observe(self, value: float, now: float | None = None, count: int = 1) -> None:
+        """Count ``count`` durations of ``value`` (the requests of one execution share its
+        compute phases)."""
         slot = int((time.time() if now is None else now) // SLOT_S)
         buckets = self._slots.get(slot)
         if buckets is None:
@@ -50,7 +52,7 @@ class WindowedSketch:
             for old in [s for s in self._slots if s <= slot - WINDOW_SLOTS]:
                 del self._slots[old]
         key = bucket_of(value)
-        buckets[key] = buckets.get(key, 0) + 1
+        buckets[key] = buckets.get(key, 0) + count
 
     def snapshot(self, now: float | None = None) -> dict[int, dict[int, int]]:
         """The slots still in the window: slot -> bucket -> count."""

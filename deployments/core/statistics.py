@@ -107,32 +107,33 @@ class VersionStatistics:
     ) -> None:
         """Record one execution from ``start_ns`` to ``end_ns`` whose compute phases took
         ``compute``: a batch's own timestamps, or an ensemble's sums over its members."""
+        now = time.time()
         self.execution_count += 1
-        self.last_inference_ms = int(time.time() * 1000)
+        self.last_inference_ms = int(now * 1000)
         batch = self.batch_stats.setdefault(sum(r.rows for r in requests), BatchStats())
         batch.compute_input.add(compute.input_ns)
         batch.compute_infer.add(compute.infer_ns)
         batch.compute_output.add(compute.output_ns)
-        now = time.time()
-        latencies = self.latencies
+        durations, latencies = self.durations, self.latencies
+        succeeded = 0
         for outcome in requests:
             total_ns = end_ns - outcome.arrival_ns
-            if not outcome.failed:
-                latencies["request"].observe(total_ns / 1000, now)
-                latencies["queue"].observe((start_ns - outcome.arrival_ns) / 1000, now)
-                latencies["compute_input"].observe(compute.input_ns / 1000, now)
-                latencies["compute_infer"].observe(compute.infer_ns / 1000, now)
-                latencies["compute_output"].observe(compute.output_ns / 1000, now)
             if outcome.failed:
-                self.durations["fail"].add(total_ns)
+                durations["fail"].add(total_ns)
                 self.failures[BACKEND] += 1
                 continue
+            succeeded += 1
+            queue_ns = start_ns - outcome.arrival_ns
             self.inference_count += outcome.rows
-            self.durations["success"].add(total_ns)
-            self.durations["queue"].add(start_ns - outcome.arrival_ns)
-            self.durations["compute_input"].add(compute.input_ns)
-            self.durations["compute_infer"].add(compute.infer_ns)
-            self.durations["compute_output"].add(compute.output_ns)
+            durations["success"].add(total_ns)
+            durations["queue"].add(queue_ns)
+            latencies["request"].observe(total_ns / 1000, now)
+            latencies["queue"].observe(queue_ns / 1000, now)
+        if succeeded:  # every successful request of the execution shares its compute phases
+            phases = (compute.input_ns, compute.infer_ns, compute.output_ns)
+            for kind, ns in zip(_COMPUTE_KEYS, phases, strict=True):
+                durations[kind].add(ns * succeeded, succeeded)
+                latencies[kind].observe(ns / 1000, now, succeeded)
 
     def record_failure(self, arrival_ns: int, reason: str) -> None:
         """A request that failed without an execution of its own (``reason``: one of

@@ -10,8 +10,6 @@ moment); CPU and GPU gauges are sampled every ``metrics_interval_ms``, as Triton
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,8 +24,6 @@ from deployments.metrics.system import (
     gpu_families,
     memory_bytes,
 )
-
-logger = logging.getLogger(__name__)
 
 ReplicaSnapshots = Callable[[], Awaitable[list[dict[str, Any]]]]
 
@@ -72,17 +68,3 @@ class MetricsCollector:
     async def text(self) -> str:
         """The ``/metrics`` page."""
         return render(await self.families())
-
-
-async def gather_snapshots(
-    calls: list[Callable[[], Awaitable[list[dict[str, Any]]]]],
-) -> list[dict[str, Any]]:
-    """Every target's replica snapshots; a target that fails this time is left out."""
-    results = await asyncio.gather(*(call() for call in calls), return_exceptions=True)
-    snapshots = []
-    for result in results:
-        if isinstance(result, BaseException):
-            logger.warning("no metrics from a model's replicas this time: %r", result)
-            continue
-        snapshots.extend(result)
-    return snapshots

@@ -23,11 +23,12 @@ import yaml
 from ray.serve.schema import ServeDeploySchema
 
 from deployments.cli import main
-from tests.deployments.test_serve_run import ready, wait_until
+from tests.deployments.test_serve_run import wait_until
 from tests.support.ports import free_port
 from tests.support.processes import (
     rayton_serve_command,
     rayton_serve_env,
+    server_ready,
     session_pids,
     start_session,
 )
@@ -165,7 +166,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             "rayton serve never printed its start-up table"
         )
         assert model_ready(url, "add_sub") and model_ready(url, "bytes_identity")
-        assert not ready(url)  # strict readiness: init_raises failed to load
+        assert not server_ready(url)  # strict readiness: init_raises failed to load
         with httpclient.InferenceServerClient(url) as client:
             assert not client.is_model_ready("init_raises")
             assert not client.is_model_ready("image_classifier_onnx")  # not loaded
@@ -258,7 +259,7 @@ def test_ctrl_c_lets_requests_in_flight_finish_over_http_and_grpc(tmp_path):
 
     try:
         # Server ready: the start-up loads settled, so both frontends route to the model.
-        assert wait_until(lambda: ready(url), 240), "rayton serve never came up"
+        assert wait_until(lambda: server_ready(url), 240), "rayton serve never came up"
         calls = [
             threading.Thread(target=call, args=(module, address))
             for module, address in ((httpclient, url), (grpcclient, f"127.0.0.1:{grpc_port}"))

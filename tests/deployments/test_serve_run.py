@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import yaml
 
 from cluster.local import FAST_INGRESS_ENV
 from tests.support.ports import free_port
-from tests.support.processes import session_pids, start_session
+from tests.support.processes import server_ready, session_pids, start_session
 
 pytestmark = pytest.mark.cluster
 
@@ -31,14 +30,6 @@ def wait_until(predicate, timeout_s: float, interval_s: float = 1.0) -> bool:
             return True
         time.sleep(interval_s)
     return False
-
-
-def ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize(
@@ -68,7 +59,7 @@ def test_serve_run_committed_config(tmp_path, example_repository, ingress_env):
     )
     url = f"127.0.0.1:{port}"
     try:
-        assert wait_until(lambda: ready(url), 240), "serve run never became ready"
+        assert wait_until(lambda: server_ready(url), 240), "serve run never became ready"
         with httpclient.InferenceServerClient(url) as client:
             inputs = [
                 httpclient.InferInput("INPUT0", [4], "FP32"),

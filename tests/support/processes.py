@@ -130,3 +130,12 @@ def rayton_serve_env(ray_tmp: Path | str) -> dict[str, str]:
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=str(ray_tmp))
     env.pop("RAY_ADDRESS", None)
     return env
+
+
+def server_ready(url: str) -> bool:
+    """Whether ``GET http://<url>/v2/health/ready`` answers 200 (False while it cannot)."""
+    try:
+        with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False

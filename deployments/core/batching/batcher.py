@@ -168,10 +168,13 @@ class DynamicBatcher:
         return sum(self._queued_per_level.values())
 
     async def _run_batch(self, batch: list[PendingRequest], execute: ExecuteFn) -> None:
+        live = []
         for item in batch:
             if item.future.done():  # cancelled by the caller while it waited
                 self._statistics.record_failure(int(item.arrival * 1e9), CANCELED)
-        batch = [item for item in batch if not item.future.done()]
+            else:
+                live.append(item)
+        batch = live
         if not batch:
             return
         start_ns = time.monotonic_ns()

@@ -16,6 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from deployments.core.log_settings import LogSettings
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.cluster
@@ -40,14 +41,7 @@ max_batch_size: 4
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
-DEFAULTS = {
-    "log_file": "",
-    "log_info": True,
-    "log_warning": True,
-    "log_error": True,
-    "log_verbose_level": 0,
-    "log_format": "default",
-}
+DEFAULTS = LogSettings().to_json()  # Triton's (checked field by field in the unit tests)
 
 
 @pytest.fixture(scope="module")
