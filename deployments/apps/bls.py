@@ -3,10 +3,16 @@
 A python model's ``pb_utils.InferenceRequest(...).exec()`` / ``async_exec()`` becomes an
 ``infer`` on the target model's own deployment, so the target's batching and replicas apply,
 as Triton sends BLS requests through the target's scheduler. ``pb_utils.is_model_ready`` asks
-the target's replicas. Installed by every model replica (:mod:`deployments.apps.model_deployment`).
+the target's replicas. A target loaded in the caller's own process (the shared host's models)
+is called there, through its own batcher, without a hop: as Triton does, and so that a host
+replica's BLS calls never wait on the host's own request slots. Installed by every model
+replica (:mod:`deployments.apps.model_deployment`, :mod:`deployments.apps.host_deployment`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from deployments.apps.handles import ModelHandles
 from repo_adapter.errors import InferenceServerError, StatusCode
@@ -23,14 +29,26 @@ _MODEL_CONTROL = (
 class ServeBls:
     """The BLS dispatcher and model repository hook of one replica."""
 
-    def __init__(self, handles: ModelHandles | None = None) -> None:
+    def __init__(
+        self,
+        handles: ModelHandles | None = None,
+        local_model: Callable[[str], Any | None] | None = None,
+    ) -> None:
         self._handles = handles or ModelHandles()
+        # name -> a ready model of this process (with infer / is_ready), or None
+        self._local_model = local_model or (lambda name: None)
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        """Run ``request`` on its target model's deployment (NOT_FOUND for an unknown one)."""
+        """Run ``request`` on its target model (NOT_FOUND for an unknown one)."""
+        local = self._local_model(request.model_name)
+        if local is not None:
+            return await local.infer(request)
         return await self._handles.call(request.model_name, "infer", request)
 
     async def is_model_ready(self, model_name: str, model_version: str) -> bool:
+        local = self._local_model(model_name)
+        if local is not None:
+            return bool(local.is_ready(model_version))
         try:
             ready = await self._handles.call(
                 model_name, "is_ready", model_version, timeout_s=_READY_TIMEOUT_S
@@ -48,8 +66,11 @@ class ServeBls:
         raise InferenceServerError(_MODEL_CONTROL, StatusCode.UNSUPPORTED)
 
 
-def install_bls() -> None:
-    """Make this process's python models reach the other models through Serve."""
-    bls = ServeBls()
+def install_bls(local_model: Callable[[str], Any | None] | None = None) -> None:
+    """Make this process's python models reach the other models through Serve.
+
+    ``local_model(name)``: a ready model this process serves itself, or None.
+    """
+    bls = ServeBls(local_model=local_model)
     runtime.set_bls_dispatcher(bls.infer)
     runtime.set_model_repository_hook(bls)

@@ -67,8 +67,9 @@ class TritonModelHost:
     """Serves the hosted models over HTTP and to other deployments (``model_call``)."""
 
     def __init__(self) -> None:
-        install_bls()  # hosted python models make BLS calls like dedicated ones
         self.host = ModelHost()
+        # Hosted python models make BLS calls like dedicated ones; to a co-hosted model, here.
+        install_bls(local_model=self._ready_slot)
         self._members = ModelHandles()
         self._endpoints: dict[str, ModelHttpEndpoints] = {}
         self._server = ServerHttpEndpoints(ServerCore(ModelHandles(), ControllerRepository()))
@@ -117,9 +118,14 @@ class TritonModelHost:
 
         return spec.generation, load_model
 
+    def _ready_slot(self, model: str) -> Any | None:
+        """``model``'s slot where this replica hosts it and it is ready, else None."""
+        slot = self.host.slots.get(model)
+        return slot if slot is not None and slot.is_ready() else None
+
     async def _call_member(self, request: InferRequest) -> InferResponse:
-        slot = self.host.slots.get(request.model_name)
-        if slot is not None and slot.is_ready():
+        slot = self._ready_slot(request.model_name)
+        if slot is not None:
             return await slot.infer(request)  # a member in this process: no hop
         return await self._members.call(request.model_name, "infer", request)
 
