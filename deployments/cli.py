@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -27,6 +28,7 @@ from deployments.apps.server_args import (
     DEFAULT_LOAD_TIMEOUT_S,
     DEFAULT_POLL_SECS,
     ServerAppArgs,
+    parse_trace_config,
 )
 from deployments.core.status import format_status
 from deployments.http.server_routes import STATUS_PATH
@@ -136,6 +138,20 @@ def _metrics(args: argparse.Namespace) -> MetricsAppArgs | None:
         raise ValueError("; ".join(e["msg"] for e in err.errors())) from None
 
 
+def _trace_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The server's start-up trace settings from ``--trace-config`` (checked before Ray starts).
+
+    Raises:
+        ValueError: a setting Triton would refuse, or tracing without a trace file.
+    """
+    fields = parse_trace_config(args.trace_config)
+    try:
+        ServerAppArgs(model_repository=args.model_repository, deploy_models=True, **fields)
+    except ValidationError as err:
+        raise ValueError("; ".join(e["msg"] for e in err.errors())) from None
+    return fields
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     try:
         metrics = _metrics(args)
@@ -166,6 +182,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     metrics = None
     try:
         metrics = _metrics(args)
+        args.trace_fields = _trace_fields(args)
     except ValueError as err:
         problem = problem or str(err)
     if problem:
@@ -238,6 +255,7 @@ def _deploy(args: argparse.Namespace, metrics: MetricsAppArgs | None, serve, run
         log_error=args.log_error == "true",
         log_verbose_level=args.log_verbose,
         log_format=args.log_format,
+        **args.trace_fields,
     )
     plans = front_applications(server_args, **_grpc(args), metrics=metrics)
     serve.start(http_options={"host": args.http_host, "port": args.http_port})
@@ -432,6 +450,15 @@ def main(argv: list[str] | None = None) -> int:
         "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose lines when > 0"
     )
     run.add_argument("--log-format", choices=("default", "ISO8601"), default="default")
+    run.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[triton,]SETTING=VALUE",
+        help="request tracing as Triton: level=TIMESTAMPS|TENSORS|OFF (repeatable), rate=N "
+        "(every N-th request), count=N (-1: no limit), triton,file=PATH, "
+        "triton,log-frequency=N (N traces per PATH.<i>; 0: all in PATH)",
+    )
     run.add_argument("--address", default=None, help="join this Ray cluster (default: start one)")
     run.add_argument("--dashboard-port", type=int, default=8265)
     _add_common(run)

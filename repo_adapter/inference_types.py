@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from repo_adapter.request_trace import RequestTrace
+
 # Request parameters Triton's frontend consumes itself rather than handing them to the model as
 # parameters. They stay in InferRequest.parameters (priority, timeout, ... are read from there);
 # whatever exposes parameters to model code should leave these out.
@@ -58,6 +60,10 @@ class InferRequest:
     id: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     outputs: list[RequestedOutput] = field(default_factory=list)
+    # This request's trace where it is traced (kept in the process that traces it), and the
+    # key of the traced request it was made for (an ensemble step, a BLS call): traced too.
+    trace: RequestTrace | None = None
+    parent_trace: str = ""
 
     def input(self, name: str) -> InferTensor | None:
         for tensor in self.inputs:

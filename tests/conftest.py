@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,8 +74,11 @@ class ServeCluster:
         model_file_override_dir: str | None = None,
         metrics_port: int | None = None,
         log_file: str = "",
+        trace: dict[str, Any] | None = None,
     ) -> list[str]:
         """Deploy as ``rayton serve`` does: the repository controller deploys the models.
+
+        ``trace``: start-up trace settings (``ServerAppArgs``' ``trace_*`` fields).
 
         Returns the front applications' names; :meth:`delete_all` removes the models too.
         """
@@ -92,6 +96,7 @@ class ServeCluster:
             cpu_models=cpu_models,
             model_file_override_dir=model_file_override_dir,
             log_file=log_file,
+            **(trace or {}),
         )
         return self._run(
             front_applications(args, grpc_port=grpc_port, metrics=_metrics_args(metrics_port))

@@ -28,15 +28,22 @@ from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
 from deployments.apps.ensemble_deployment import EnsembleSpec
 from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, ModelHandles
-from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
-from deployments.apps.model_deployment import ModelSpec, statistics_over_replicas
+from deployments.apps.log_control import apply_in_this_replica
+from deployments.apps.model_deployment import (
+    ModelSpec,
+    adopt_controller_settings,
+    statistics_over_replicas,
+)
 from deployments.apps.replica_info import replica_info
 from deployments.apps.repository_access import ControllerRepository
+from deployments.apps.trace_control import apply_in_this_replica as apply_trace_table
+from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.model_host import ModelHost
 from deployments.core.served_model import ServedModel
 from deployments.core.server_core import ServerCore
 from deployments.core.single_model import SingleModel
+from deployments.core.tracing import TRACER
 from deployments.grpc.model_infer import infer_serialized
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
@@ -79,13 +86,15 @@ class TritonModelHost:
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         if not self._started:  # first call: the replica is starting
-            asyncio.get_running_loop().create_task(adopt_log_settings())
+            self._adopting = asyncio.get_running_loop().create_task(adopt_controller_settings())
         wanted = {name: self._builder(name, entry) for name, entry in user_config["models"].items()}
         # Endpoints first: a model's routes exist (answering "not ready") while it loads.
         await self.host.apply(wanted, wait=not self._started)
         self._started = True
         self._endpoints = {
-            name: ModelHttpEndpoints(self.host.slot(name), self._statistics_of(name))
+            name: ModelHttpEndpoints(
+                self.host.slot(name), self._statistics_of(name), controller_trace_setting
+            )
             for name in wanted
         }
 
@@ -161,6 +170,10 @@ class TritonModelHost:
         """Triton's log settings, from the controller."""
         apply_in_this_replica(settings)
 
+    def apply_trace_settings(self, table: dict[str, Any]) -> None:
+        """Triton's trace settings, from the controller."""
+        apply_trace_table(table)
+
     def replica_info(self) -> dict[str, Any]:
         """Where this replica runs and the models it holds (for ``rayton status``)."""
         return replica_info(sorted(self.host.slots))
@@ -181,4 +194,5 @@ class TritonModelHost:
         return statistics
 
     async def __del__(self) -> None:
+        await TRACER.flush()
         await self.host.close()

@@ -28,10 +28,13 @@ from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
 from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
 from deployments.apps.replica_info import replica_info
+from deployments.apps.trace_control import adopt_trace_settings, controller_trace_setting
+from deployments.apps.trace_control import apply_in_this_replica as apply_trace_table
 from deployments.core.model_slot import ModelSlot
 from deployments.core.served_model import ServedModel, VersionState
 from deployments.core.single_model import SingleModel
 from deployments.core.statistics import merge_entries
+from deployments.core.tracing import TRACER
 from deployments.grpc.model_infer import infer_serialized
 from deployments.http.model_routes import ModelHttpEndpoints
 from repo_adapter.backends import InstanceSpec
@@ -40,6 +43,11 @@ from repo_adapter.python_backend import collect_metrics
 from repo_adapter.repository import RepositoryModel
 
 _STATISTICS_TIMEOUT_S = 10.0
+
+
+async def adopt_controller_settings() -> None:
+    """A starting replica takes the controller's log and trace settings."""
+    await asyncio.gather(adopt_log_settings(), adopt_trace_settings())
 
 
 class ServedModelDeployment:
@@ -54,7 +62,7 @@ class ServedModelDeployment:
 
     def __init__(self, name: str) -> None:
         self.slot = ModelSlot(name)
-        self._http = ModelHttpEndpoints(self.slot, self.statistics)
+        self._http = ModelHttpEndpoints(self.slot, self.statistics, controller_trace_setting)
         self._log_settings_adopted = False
 
     def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
@@ -64,7 +72,7 @@ class ServedModelDeployment:
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         if not self._log_settings_adopted:  # first call: the replica is starting
             self._log_settings_adopted = True
-            asyncio.get_running_loop().create_task(adopt_log_settings())
+            self._adopting = asyncio.get_running_loop().create_task(adopt_controller_settings())
         generation, build = self.build(user_config)
         await self.slot.load(generation, build)
 
@@ -102,6 +110,10 @@ class ServedModelDeployment:
         """Triton's log settings, from the controller."""
         apply_in_this_replica(settings)
 
+    def apply_trace_settings(self, table: dict[str, Any]) -> None:
+        """Triton's trace settings, from the controller."""
+        apply_trace_table(table)
+
     def replica_info(self) -> dict[str, Any]:
         """Where this replica runs (for ``rayton status``)."""
         return replica_info([self.slot.name])
@@ -115,6 +127,7 @@ class ServedModelDeployment:
         return self.slot.statistics(version)
 
     async def __del__(self) -> None:
+        await TRACER.flush()
         await self.slot.close()
 
 

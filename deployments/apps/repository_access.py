@@ -43,6 +43,11 @@ class ControllerRepository:
     async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
         return await self.handle.update_log_settings.remote(changes)
 
+    async def trace_settings(
+        self, model: str | None, changes: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        return await self.handle.trace_settings.remote(model, changes)
+
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
         await self.handle.load.remote(model, config, files)
 

@@ -43,6 +43,7 @@ from deployments.apps.model_apps import LoadOutcome, ServeModelApps
 from deployments.apps.repository_access import CONTROLLER_APP_NAME
 from deployments.apps.server_args import ServerAppArgs
 from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME
+from deployments.apps.trace_control import TraceControl, startup_trace_settings
 from deployments.core.log_settings import LogSettings, apply_log_settings, log_settings_error
 from deployments.core.server_core import RepositoryView
 from deployments.core.status import status_document
@@ -82,6 +83,7 @@ class RepositoryController:
             log_format=spec.log_format,
         )
         apply_log_settings(self._log_settings)
+        self._traces = TraceControl(startup_trace_settings(spec), self.model_deployments)
         self._started = False
         self._unplaceable: set[str] = set()
         self._hosted: dict[str, dict] = {}  # the shared host's models (its user_config)
@@ -369,6 +371,22 @@ class RepositoryController:
         await broadcast(targets, "apply_log_settings", settings.to_json())
         return settings.to_json()
 
+    # ------------------------------------------------------------------ trace settings
+
+    async def trace_settings(
+        self, model: str | None, changes: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Triton's trace settings of the server or of ``model`` (changed by ``changes``)."""
+        return await self._traces.settings(model, changes, self.repository.served_names())
+
+    def trace_table(self) -> dict[str, Any]:
+        """The settings every model replica's tracer follows."""
+        return self._traces.table.to_json()
+
+    async def record_traces(self, records: list[dict[str, Any]]) -> None:
+        """Finished traces from a model replica, for the trace file."""
+        await self._traces.record(records)
+
     def model_deployments(self) -> list[tuple[str, str]]:
         """``(deployment, application)`` of every served model's replicas: each model with a
         deployment of its own (named after it), and the shared host when it runs some."""
@@ -385,6 +403,9 @@ class RepositoryController:
         return status_document(
             self.spec.model_repository, self.spec.model_control_mode, self.index(), replicas
         )
+
+    def __del__(self) -> None:
+        self._traces.flush()  # a part of fewer than log_frequency traces, as Triton at exit
 
     def started(self) -> bool:
         """Whether the start-up loads all finished (each model READY or UNAVAILABLE)."""

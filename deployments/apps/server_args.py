@@ -6,7 +6,7 @@ runs on them) read it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -45,6 +45,12 @@ class ServerAppArgs(BaseModel):
     log_error: bool = True
     log_verbose_level: int = Field(0, ge=0)
     log_format: Literal["default", "ISO8601"] = "default"
+    # Triton's --trace-config start-up settings (the trace extension changes all but the file).
+    trace_file: str = ""
+    trace_level: list[Literal["OFF", "TIMESTAMPS", "TENSORS"]] = Field(default_factory=list)
+    trace_rate: int = Field(1000, gt=0, lt=2**32)
+    trace_count: int = Field(-1, ge=-1)
+    trace_log_frequency: int = Field(0, ge=0, lt=2**32)
 
     @model_validator(mode="after")
     def _config_owned_models_do_not_change(self) -> ServerAppArgs:
@@ -55,3 +61,56 @@ class ServerAppArgs(BaseModel):
                 "applications: change it and 'serve deploy' it again"
             )
         return self
+
+    @model_validator(mode="after")
+    def _traces_need_a_file(self) -> ServerAppArgs:
+        tracing = [level for level in self.trace_level if level != "OFF"]
+        if tracing and not self.trace_file:
+            raise ValueError(
+                "tracing needs a trace file: --trace-config triton,file=PATH (trace_file)"
+            )
+        if "OFF" in self.trace_level and tracing:
+            raise ValueError("trace level OFF cannot be combined with other levels")
+        return self
+
+
+def parse_trace_config(values: list[str]) -> dict[str, Any]:
+    """Triton's ``--trace-config`` values as :class:`ServerAppArgs` fields.
+
+    ``rate=N``, ``count=N``, ``level=TIMESTAMPS|TENSORS|OFF`` (repeatable), ``mode=triton``,
+    ``triton,file=PATH``, ``triton,log-frequency=N``.
+
+    Raises:
+        ValueError: a setting that is unknown, malformed, or not supported.
+    """
+    fields: dict[str, Any] = {}
+    for value in values:
+        mode, _, setting = value.rpartition(",")
+        name, equals, text = setting.partition("=")
+        if not equals:
+            raise ValueError(f"--trace-config expects [MODE,]SETTING=VALUE, got '{value}'")
+        if mode == "opentelemetry" or (not mode and name == "mode" and text == "opentelemetry"):
+            raise ValueError(
+                "--trace-config: OpenTelemetry export is not supported; rayton writes Triton's "
+                "trace file (mode=triton)"
+            )
+        key = (mode, name)
+        if key == ("", "level"):
+            fields.setdefault("trace_level", []).append(text)
+        elif key == ("", "mode"):
+            if text != "triton":
+                raise ValueError(f"--trace-config: unknown trace mode '{text}'")
+        elif key in (("", "rate"), ("", "count"), ("triton", "log-frequency")):
+            try:
+                number = int(text)
+            except ValueError:
+                raise ValueError(
+                    f"--trace-config: {name} must be an integer, got '{text}'"
+                ) from None
+            field = {"rate": "trace_rate", "count": "trace_count"}.get(name, "trace_log_frequency")
+            fields[field] = number
+        elif key == ("triton", "file"):
+            fields["trace_file"] = text
+        else:
+            raise ValueError(f"--trace-config: unknown setting '{value}'")
+    return fields

@@ -18,6 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.core.served_model import model_metadata, select_outputs
 from deployments.core.statistics import CANCELED, OTHER, RequestOutcome, VersionStatistics
+from deployments.core.tracing import TRACER, child_trace
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.ensemble import EnsembleStep, ensemble_steps
 from repo_adapter.errors import InferenceServerError, StatusCode
@@ -98,6 +99,11 @@ class EnsembleModel:
         version = self._version(request.model_version)
         rows = self._validator.validate(request)
         statistics = self._statistics[version]
+        owned = child_trace(request)
+        trace = request.trace
+        if trace is not None:
+            trace.model_version = version
+            trace.stamp("REQUEST_START", arrival_ns)
         start_ns = time.monotonic_ns()
         try:
             tensors, compute = await self._run_steps(request)
@@ -106,6 +112,11 @@ class EnsembleModel:
             cancelled = isinstance(err, asyncio.CancelledError)
             statistics.record_failure(arrival_ns, CANCELED if cancelled else OTHER)
             raise
+        finally:
+            if trace is not None:
+                trace.stamp("REQUEST_END")
+                if owned:
+                    TRACER.finish(trace)
         # Triton's ensemble statistics: its own queue time, its members' compute time sums.
         statistics.record_composed(
             start_ns, time.monotonic_ns(), compute, [RequestOutcome(arrival_ns, rows, False)]
@@ -204,6 +215,7 @@ def _step_request(
         model_version=step.model_version,
         id=request.id,
         parameters=dict(request.parameters),
+        parent_trace=request.trace.key if request.trace is not None else "",
         inputs=[
             InferTensor(member_input, tensors[name].datatype, tensors[name].data)
             for member_input, name in step.input_map.items()

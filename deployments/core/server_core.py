@@ -36,6 +36,7 @@ EXTENSIONS = [
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 ]
 UNLOAD_DEPENDENTS = "model_repository(unload_dependents)"
@@ -88,6 +89,10 @@ class Repository(Protocol):
     async def log_settings(self) -> dict[str, Any]: ...
 
     async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def trace_settings(
+        self, model: str | None, changes: dict[str, Any] | None
+    ) -> dict[str, Any]: ...
 
 
 class ServerCore:
@@ -165,6 +170,13 @@ class ServerCore:
     async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Apply ``changes`` everywhere; the new settings (Triton's errors for bad ones)."""
         return await self.repository.update_log_settings(changes)
+
+    async def trace_settings(
+        self, model: str | None, changes: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Triton's trace extension: the server's (``model`` None) or a model's settings,
+        changed first when ``changes`` is given (Triton's errors for bad ones)."""
+        return await self.repository.trace_settings(model, changes)
 
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
         """Triton's repository ``load``; errors as Triton answers them."""

@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from deployments.core.batching import AdmissionFactory, BatchPolicy, DynamicBatcher
 from deployments.core.served_model import model_metadata, select_outputs
 from deployments.core.statistics import VersionStatistics
+from deployments.core.tracing import TRACER, child_trace
 from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, backend_class
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
@@ -188,14 +189,26 @@ class SingleModel:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, queue, execute; returns only the requested outputs, classified if asked."""
-        runner = self._runner(request.model_version)
-        rows = self._validator.normalize(request)  # validates and applies input reshapes
-        response = await runner.batcher.submit(request, rows)
-        self._reshape_outputs(response)
-        response.model_name = self.name
-        response.model_version = str(runner.version)
-        response.id = request.id
-        return self._select_outputs(request, response)
+        owned = child_trace(request)
+        trace = request.trace
+        if trace is not None:
+            trace.stamp("REQUEST_START")
+        try:
+            runner = self._runner(request.model_version)
+            if trace is not None:
+                trace.model_version = runner.version
+            rows = self._validator.normalize(request)  # validates and applies input reshapes
+            response = await runner.batcher.submit(request, rows)
+            self._reshape_outputs(response)
+            response.model_name = self.name
+            response.model_version = str(runner.version)
+            response.id = request.id
+            return self._select_outputs(request, response)
+        finally:
+            if trace is not None:
+                trace.stamp("REQUEST_END")
+                if owned:
+                    TRACER.finish(trace)
 
     def _reshape_outputs(self, response: InferResponse) -> None:
         """Core ``Output::Reshape``: report outputs with a ``reshape`` in their config dims."""

@@ -8,7 +8,7 @@ stay wire bytes here: :mod:`deployments.grpc.routing` reads only the model name 
 Errors are :class:`InferenceServerError` mapped to gRPC status codes as Triton maps them.
 
 Not supported, answered as Triton answers when a feature is compiled out or unavailable:
-system / CUDA shared memory (UNIMPLEMENTED), trace settings (UNAVAILABLE).
+system / CUDA shared memory (UNIMPLEMENTED).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ _CUDA_SHM = (
     "CUDA shared memory is not supported by this server (rayton): send tensor data in the "
     "request (raw_input_contents)"
 )
-_TRACE = "the server does not support trace"
 _REPOSITORY_NAME = "'repository_name' specification is not supported"
 
 
@@ -268,6 +267,25 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 entry.string_param = value
         return response
 
+    @_rpc
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context
+    ) -> pb.TraceSettingResponse:
+        changes: dict[str, Any] = {}
+        for key, setting in request.settings.items():
+            values = list(setting.value)
+            if key == "trace_level":
+                changes[key] = values or None
+            elif len(values) > 1:
+                raise InferenceServerError(f"expect only 1 value for '{key}'")
+            else:
+                changes[key] = values[0] if values else None
+        settings = await self.core.trace_settings(request.model_name or None, changes or None)
+        response = pb.TraceSettingResponse()
+        for key, value in settings.items():
+            response.settings[key].value.extend(value if isinstance(value, list) else [value])
+        return response
+
     # ------------------------------------------------------------------ not supported
 
     SystemSharedMemoryStatus = _unsupported(_SYSTEM_SHM, StatusCode.UNSUPPORTED)
@@ -276,7 +294,6 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     CudaSharedMemoryStatus = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
     CudaSharedMemoryRegister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
     CudaSharedMemoryUnregister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
-    TraceSetting = _unsupported(_TRACE, StatusCode.UNAVAILABLE)
 
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]

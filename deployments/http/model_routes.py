@@ -7,6 +7,7 @@ metadata, readiness, config, statistics and inference need no extra hop.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,7 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from deployments.core.served_model import ServedModel
-from deployments.http.request_decoding import decode_infer_request
+from deployments.core.tracing import TRACER
+from deployments.http.request_decoding import decode_infer_request, parse_json_object
 from deployments.http.response_encoding import encode_infer_response
 from deployments.http.responses import (
     METHOD_NOT_ALLOWED,
@@ -33,6 +35,11 @@ logger = logging.getLogger(__name__)
 RESPONSE_COMPRESSION_LEVEL = 1
 
 
+TRACE_SETTING = "trace/setting"
+# (model, changes or None for a read) -> Triton's trace settings of the model
+TraceSettingFn = Callable[[str, "dict[str, Any] | None"], Awaitable[dict[str, Any]]]
+
+
 def split_model_path(path: str, model: str) -> tuple[str, str] | None:
     """``/v2/models/m/versions/2/infer`` -> ``("2", "infer")``; None if not a model route."""
     prefix = f"/v2/models/{model}"
@@ -44,6 +51,8 @@ def split_model_path(path: str, model: str) -> tuple[str, str] | None:
         if len(parts) < 2 or not parts[1].isdigit():
             return None
         version, parts = parts[1], parts[2:]
+    if parts == ["trace", "setting"] and not version:  # no versioned form, as in Triton
+        return "", TRACE_SETTING
     if len(parts) > 1:
         return None
     return version, (parts[0] if parts else "")
@@ -56,9 +65,11 @@ class ModelHttpEndpoints:
         self,
         served: ServedModel,
         statistics: Callable[[str], Awaitable[list[dict[str, Any]]]],
+        trace_setting: TraceSettingFn,
     ) -> None:
         self.served = served
         self._statistics = statistics  # the model's totals over all its replicas
+        self._trace_setting = trace_setting  # the controller owns the trace settings
         self._raw_input_for: tuple[Any, RawInputSpec | None] = (None, None)
 
     def _raw_input(self) -> RawInputSpec | None:
@@ -81,6 +92,8 @@ class ModelHttpEndpoints:
                 if request.method != "POST":
                     return json_response(METHOD_NOT_ALLOWED, 405)
                 return await self._infer(request, version)
+            if action == TRACE_SETTING:
+                return await self._trace(request)
             if request.method != "GET":
                 return json_response(METHOD_NOT_ALLOWED, 405)
             if action == "":
@@ -105,8 +118,19 @@ class ModelHttpEndpoints:
             )
         return json_response(NOT_FOUND, 404)
 
+    async def _trace(self, request: Request) -> Response:
+        if request.method == "GET":
+            return json_response(await self._trace_setting(self.served.name, None))
+        if request.method != "POST":
+            return json_response(METHOD_NOT_ALLOWED, 405)
+        changes = parse_json_object(await request.body())
+        return json_response(await self._trace_setting(self.served.name, changes))
+
     async def _infer(self, request: Request, version: str) -> Response:
+        received_ns = time.monotonic_ns()
         body = await request.body()
+        read_ns = time.monotonic_ns()
+        trace = None
         try:
             infer_request = decode_infer_request(
                 body,
@@ -115,7 +139,13 @@ class ModelHttpEndpoints:
                 model_version=version,
                 raw_input=self._raw_input(),
             )
+            trace = infer_request.trace = TRACER.start(self.served.name, infer_request.id)
+            if trace is not None:
+                trace.stamp("HTTP_RECV_START", received_ns)
+                trace.stamp("HTTP_RECV_END", read_ns)
             response = await self.served.infer(infer_request)
+            if trace is not None:
+                trace.stamp("HTTP_SEND_START")
             payload, headers = encode_infer_response(
                 response,
                 infer_request,
@@ -124,4 +154,9 @@ class ModelHttpEndpoints:
             )
         except InferenceServerError as err:
             return error_response(err)
+        finally:
+            if trace is not None:
+                # The replica's side of the send: encoding; Serve writes the bytes afterwards.
+                trace.stamp("HTTP_SEND_END")
+                TRACER.finish(trace)
         return Response(payload, 200, headers=headers)

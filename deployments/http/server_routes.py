@@ -56,12 +56,14 @@ class ServerHttpEndpoints:
                 )
             if path == "/v2/logging":
                 return await self._logging(method, request)
+            if path == "/v2/trace/setting":
+                return await self._trace(None, method, request)
             if path == STATUS_PATH:
                 return get_only(method) or json_response(await core.status())
             if path.startswith("/v2/repository/"):
                 return await self._repository(path, method, request)
             if path.startswith("/v2/models/"):
-                return await self._unrouted_model(path)
+                return await self._unrouted_model(path, method, request)
         except InferenceServerError as err:
             return error_response(err)
         return json_response(NOT_FOUND, 404)
@@ -97,9 +99,19 @@ class ServerHttpEndpoints:
         changes = parse_json_object(await request.body())
         return json_response(await self.core.update_log_settings(changes))
 
-    async def _unrouted_model(self, path: str) -> Response:
+    async def _trace(self, model: str | None, method: str, request: Request) -> Response:
+        if method == "GET":
+            return json_response(await self.core.trace_settings(model, None))
+        if method != "POST":
+            return json_response(METHOD_NOT_ALLOWED, 405)
+        changes = parse_json_object(await request.body())
+        return json_response(await self.core.trace_settings(model, changes))
+
+    async def _unrouted_model(self, path: str, method: str, request: Request) -> Response:
         parts = [p for p in path.split("/") if p]
         model = parts[2] if len(parts) > 2 else ""
+        if len(parts) == 5 and parts[3:] == ["trace", "setting"]:
+            return await self._trace(model, method, request)  # the controller: unknown model
         version = parts[4] if len(parts) > 4 and parts[3] == "versions" else ""
         action = parts[-1] if len(parts) in (4, 6) else ""
         if action == "ready" and await self.core.is_unavailable(model):

@@ -71,11 +71,15 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """Trace context of a request; tracing is not propagated here, so it is always empty."""
+    """Trace context of a request: pass ``request.trace()`` to a BLS ``InferenceRequest`` so
+    the BLS call is traced as the request's child (as in Triton)."""
+
+    def __init__(self, context: str | None = None) -> None:
+        self._context = context
 
     def get_context(self) -> str | None:
-        """The trace context string, or None."""
-        return None
+        """The trace context string (the traced request's key), or None when not traced."""
+        return self._context
 
 
 class InferenceResponse:
@@ -221,7 +225,7 @@ class InferenceRequest:
         flags: ``TRITONSERVER_REQUEST_FLAG_SEQUENCE_START``/``_END`` bits.
         timeout: Timeout in microseconds; 0 for none.
         preferred_memory: Where outputs are preferred (advisory).
-        trace: Trace context (ignored).
+        trace: ``request.trace()`` of the request this call is made for: traced as its child.
         parameters: Request parameters: ``str`` keys, ``bool``/``int``/``str`` values.
 
     Raises:
@@ -469,7 +473,7 @@ def from_infer_request(request: InferRequest, default_outputs: Sequence[str]) ->
     pb_request._flags = flags
     pb_request._timeout = request.timeout_us
     pb_request._preferred_memory = PreferredMemory(MemoryType.TRITONSERVER_MEMORY_CPU, 0)
-    pb_request._trace = InferenceTrace()
+    pb_request._trace = InferenceTrace(request.trace.key if request.trace is not None else None)
     # default=str: the transports may carry parameter types the Python API does not (floats).
     pb_request._parameters = json.dumps(user_params, default=str)
     pb_request._state = _RequestState()
@@ -507,6 +511,7 @@ def to_infer_request(request: InferenceRequest) -> InferRequest:
         id=request._request_id,
         parameters=parameters,
         outputs=[RequestedOutput(name) for name in request._requested_output_names],
+        parent_trace=request._trace.get_context() or "",
     )
 
 

@@ -73,7 +73,6 @@ UNIMPLEMENTED_EXTENSIONS = (
     "sequence",
     "system_shared_memory",
     "cuda_shared_memory",
-    "trace",
 )
 
 
@@ -122,7 +121,7 @@ ALLOWED: tuple[Difference, ...] = (
         "server_metadata",
         "/body/extensions",
         "Only implemented extensions are advertised (perf_analyzer and others act on the "
-        "list): sequence batching, shared memory, trace and unload_dependents are not "
+        "list): sequence batching, shared memory and unload_dependents are not "
         "implemented yet.",
         relation=_extensions_minus_unimplemented,
     ),
@@ -174,6 +173,36 @@ ALLOWED: tuple[Difference, ...] = (
         "tracker both record a failure; same in 2.73 core); rayton counts it once.",
         relation=_twice,
     ),
+)
+
+_TRACE_STRICTER = (
+    "Triton 2.51 accepts this and changes nothing (or wraps the number to 2^32-1); rayton "
+    "refuses it with a 400 that names the setting, as bad input gets a clear error."
+)
+ALLOWED += (
+    *_entries(
+        "trace[not a string]",
+        ("/status",),
+        "Triton answers 500 for a setting of the wrong JSON type only because TritonJson "
+        "errors default to INTERNAL; rayton answers 400 with the same message.",
+        reference=500,
+        rayton=400,
+    ),
+    *_entries("trace[not json]", ("/status",), _JSON_CLIENT_ERROR, reference=500, rayton=400),
+    Difference(
+        "trace[not json]",
+        "/body/error",
+        "The parser's own detail after the common prefix differs (Python json, not rapidjson).",
+        relation=_both_start_with("failed to parse the request JSON buffer: "),
+    ),
+    *[
+        Difference(case, path, _TRACE_STRICTER, **pins)
+        for case in ("trace[unknown level]", "trace[negative rate]")
+        for path, pins in (
+            ("/status", {"reference": 200, "rayton": 400}),
+            ("/body*", {}),
+        )
+    ],
 )
 
 ALLOWED += (

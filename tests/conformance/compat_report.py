@@ -32,6 +32,7 @@ GROUP_TITLES = {
     "errors": "Errors (status code and message)",
     "classification": "Classification extension",
     "statistics": "Statistics extension (exact counts after the whole sequence)",
+    "trace": "Trace extension (`/v2/trace/setting`)",
     "logging": "Logging extension (`/v2/logging`)",
     "metrics": "Prometheus metrics (`/metrics`: families, types, labels, per-model counts)",
 }

@@ -18,6 +18,7 @@ from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from repo_adapter.python_backend import pb_utils, runtime
 from repo_adapter.python_backend.inference import from_infer_request, to_infer_request
+from repo_adapter.request_trace import RequestTrace
 
 
 @pytest.fixture(autouse=True)
@@ -250,6 +251,23 @@ def test_bls_request_construction():
     }
     assert [o.name for o in infer.outputs] == ["OUT"]
     assert infer.inputs[0].datatype == "FP32"
+
+
+def test_a_bls_call_made_with_the_requests_trace_is_its_child():
+    served = InferRequest("m", [InferTensor("IN", "FP32", np.ones((1, 2), np.float32))])
+    assert from_infer_request(served, ["OUT"]).trace().get_context() is None  # not traced
+    served.trace = RequestTrace(key="k-1", model_name="m", levels=frozenset({"TIMESTAMPS"}))
+    context = from_infer_request(served, ["OUT"]).trace()
+    assert context.get_context() == "k-1"
+    bls = pb_utils.InferenceRequest(
+        model_name="other",
+        requested_output_names=["OUT"],
+        inputs=[pb_utils.Tensor("IN", np.ones(2, np.float32))],
+        trace=context,
+    )
+    assert to_infer_request(bls).parent_trace == "k-1"
+    untraced = pb_utils.InferenceRequest(model_name="other", requested_output_names=[], inputs=[])
+    assert to_infer_request(untraced).parent_trace == ""
 
 
 def test_bls_request_validation():

@@ -40,6 +40,7 @@ from deployments.core.statistics import (
 )
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse
+from repo_adapter.request_trace import BACKEND_OUTPUT, QUEUE_INPUT, RequestTrace
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ class DynamicBatcher:
             future=loop.create_future(),
         )
         self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
+        if request.trace is not None:
+            _trace_queued(request.trace, request, arrival)
         self._ensure_executor()
         if self._admit is None:
             self._enqueue([item])
@@ -204,6 +207,9 @@ class DynamicBatcher:
         for result in results:
             if isinstance(result, InferResponse):
                 result.compute = compute
+        for item, result in zip(batch, results, strict=True):
+            if item.request.trace is not None:
+                _trace_executed(item.request.trace, timing, executed_ns, result)
         self._statistics.record_execution(
             timing,
             [
@@ -230,6 +236,29 @@ def _timing(start_ns: int, executed_ns: int, phases: ComputeTimes | None) -> Exe
     infer_start_ns = min(start_ns + phases.input_ns, executed_ns)
     infer_end_ns = min(infer_start_ns + phases.infer_ns, executed_ns)
     return ExecutionTiming(start_ns, infer_start_ns, infer_end_ns, end_ns)
+
+
+def _trace_queued(trace: RequestTrace, request: InferRequest, arrival_ns: int) -> None:
+    trace.stamp("QUEUE_START", arrival_ns)
+    for tensor in request.inputs:
+        trace.tensor(QUEUE_INPUT, tensor.name, tensor.datatype, tensor.data)
+
+
+def _trace_executed(
+    trace: RequestTrace,
+    timing: ExecutionTiming,
+    executed_ns: int,
+    result: InferResponse | BaseException,
+) -> None:
+    """The execution's compute stamps (shared by every request of the batch, as in Triton)."""
+    trace.stamp("COMPUTE_START", timing.start_ns)
+    trace.stamp("COMPUTE_INPUT_END", timing.infer_start_ns)
+    trace.stamp("COMPUTE_OUTPUT_START", timing.infer_end_ns)
+    trace.stamp("INFER_RESPONSE_COMPLETE", executed_ns)
+    trace.stamp("COMPUTE_END", timing.end_ns)
+    if isinstance(result, InferResponse):
+        for tensor in result.outputs:
+            trace.tensor(BACKEND_OUTPUT, tensor.name, tensor.datatype, tensor.data)
 
 
 def _failed(result: InferResponse | BaseException) -> bool:

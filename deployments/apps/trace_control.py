@@ -1,0 +1,129 @@
+"""Triton's request tracing across the cluster: the controller's side and the replicas' side.
+
+The repository controller holds one :class:`TraceControl`: it owns the trace settings
+(:class:`~deployments.core.trace_settings.TraceSettingsTable`) and the trace file
+(:class:`~deployments.core.trace_file.TraceFileWriter`). A settings change is broadcast to
+every model replica (``apply_trace_settings`` -> :func:`apply_in_this_replica`); a replica that
+starts later adopts the table (:func:`adopt_trace_settings`). Each replica's tracer ships its
+finished traces to the controller's ``record_traces``, which counts them against
+``trace_count`` (broadcasting the change when a count runs out) and writes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ray import serve
+
+from deployments.apps.handles import broadcast
+from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
+from deployments.apps.server_args import ServerAppArgs
+from deployments.core.trace_file import TraceFileWriter
+from deployments.core.trace_settings import TraceSettings, TraceSettingsTable
+from deployments.core.tracing import TRACER
+from repo_adapter.errors import InferenceServerError
+
+logger = logging.getLogger(__name__)
+
+_TIMEOUT_S = 10.0
+Targets = Callable[[], Iterable[tuple[str, str]]]
+
+
+def startup_trace_settings(spec: ServerAppArgs) -> TraceSettings:
+    """The ``--trace-config`` settings the server starts with."""
+    return TraceSettings(
+        level=tuple(level for level in spec.trace_level if level != "OFF"),
+        rate=spec.trace_rate,
+        count=spec.trace_count,
+        log_frequency=spec.trace_log_frequency,
+        file=spec.trace_file,
+    )
+
+
+class TraceControl:
+    """The trace settings and the trace file (the controller's)."""
+
+    def __init__(self, startup: TraceSettings, targets: Targets) -> None:
+        self.table = TraceSettingsTable(startup)
+        self._targets = targets  # (deployment, application) of every model replica set
+        self._writer = TraceFileWriter(startup.file) if startup.file else None
+
+    async def settings(
+        self, model: str | None, changes: dict[str, Any] | None, served: Iterable[str]
+    ) -> dict[str, Any]:
+        """Triton's view of the server's or ``model``'s settings, changed first by
+        ``changes``; INVALID_ARG for a model that is not served."""
+        if model and model not in set(served):
+            raise InferenceServerError(f"Request for unknown model : {model}")
+        if changes is None:
+            return self.table.view(model)
+        frequency = self.table.server.log_frequency
+        view = self.table.update(changes, model)
+        if self._writer is not None and self.table.server.log_frequency != frequency:
+            self._writer.flush()  # Triton writes the traces of the old frequency out
+        await self._broadcast()
+        return view
+
+    async def record(self, records: list[dict[str, Any]]) -> None:
+        """Traces from a replica: keep those ``trace_count`` allows and write them."""
+        if self._writer is None:
+            return
+        kept: list[dict[str, Any]] = []
+        exhausted = False
+        by_model: dict[str, list[dict[str, Any]]] = {}
+        for record in records:
+            by_model.setdefault(record["model_name"], []).append(record)
+        for model, traces in by_model.items():
+            children = [t for t in traces if t.get("parent_key")]
+            roots = [t for t in traces if not t.get("parent_key")]
+            allowed = self.table.take(model, len(roots)) if roots else 0
+            kept += roots[:allowed] + children  # a kept trace keeps its children
+            owner = self.table.count_owner(model)
+            exhausted |= bool(roots) and self.table.effective(owner or None).count == 0
+        self._writer.write(kept, self.table.server.log_frequency)
+        if exhausted:
+            await self._broadcast()  # the replicas stop tracing
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    async def _broadcast(self) -> None:
+        await broadcast(list(self._targets()), "apply_trace_settings", self.table.to_json())
+
+
+# --------------------------------------------------------------------- in each model replica
+
+
+async def _ship(records: list[dict[str, Any]]) -> None:
+    handle = serve.get_deployment_handle(CONTROLLER_DEPLOYMENT_NAME, app_name=CONTROLLER_APP_NAME)
+    await asyncio.wait_for(handle.record_traces.remote(records), _TIMEOUT_S)
+
+
+async def controller_trace_setting(model: str, changes: dict[str, Any] | None) -> dict[str, Any]:
+    """A model route's ``trace/setting``: the controller's answer for ``model``."""
+    handle = serve.get_deployment_handle(CONTROLLER_DEPLOYMENT_NAME, app_name=CONTROLLER_APP_NAME)
+    return await asyncio.wait_for(handle.trace_settings.remote(model, changes), _TIMEOUT_S)
+
+
+def apply_in_this_replica(table: dict[str, Any]) -> None:
+    """The model deployments' ``apply_trace_settings`` method body."""
+    TRACER.configure(table)
+    TRACER.set_sink(_ship)
+
+
+async def adopt_trace_settings() -> None:
+    """A starting replica takes the controller's trace settings (tracing stays off without)."""
+    TRACER.set_sink(_ship)
+    try:
+        handle = serve.get_deployment_handle(
+            CONTROLLER_DEPLOYMENT_NAME, app_name=CONTROLLER_APP_NAME
+        )
+        table = await asyncio.wait_for(handle.trace_table.remote(), _TIMEOUT_S)
+    except Exception as err:  # no controller yet (a Serve config deploying)
+        logger.debug("no trace settings from the controller: %s", err)
+        return
+    TRACER.configure(table)

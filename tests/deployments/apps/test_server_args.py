@@ -1,0 +1,71 @@
+"""The server application's arguments: Triton's ``--trace-config`` and its checks."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from deployments.apps.server_args import ServerAppArgs, parse_trace_config
+from deployments.cli import main
+
+
+def test_trace_config_as_triton_writes_it():
+    fields = parse_trace_config(
+        [
+            "triton,file=/tmp/trace.json",
+            "triton,log-frequency=50",
+            "rate=100",
+            "level=TIMESTAMPS",
+            "level=TENSORS",
+            "count=10",
+            "mode=triton",
+        ]
+    )
+    assert fields == {
+        "trace_file": "/tmp/trace.json",
+        "trace_log_frequency": 50,
+        "trace_rate": 100,
+        "trace_level": ["TIMESTAMPS", "TENSORS"],
+        "trace_count": 10,
+    }
+    args = ServerAppArgs(model_repository="r", deploy_models=True, **fields)
+    assert args.trace_level == ["TIMESTAMPS", "TENSORS"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("rate", "expects [MODE,]SETTING=VALUE"),
+        ("rate=x", "rate must be an integer"),
+        ("mode=opentelemetry", "OpenTelemetry export is not supported"),
+        ("opentelemetry,url=http://127.0.0.1:4318", "OpenTelemetry export is not supported"),
+        ("triton,nope=1", "unknown setting"),
+        ("mode=other", "unknown trace mode"),
+    ],
+)
+def test_bad_trace_config_is_refused(value, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+        parse_trace_config([value])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"trace_level": ["TIMESTAMPS"]}, "tracing needs a trace file"),
+        ({"trace_level": ["OFF", "TENSORS"], "trace_file": "/t"}, "OFF cannot be combined"),
+        ({"trace_rate": 0}, "greater than 0"),
+        ({"trace_count": -2}, "greater than or equal to -1"),
+        ({"trace_level": ["LOUD"], "trace_file": "/t"}, "TIMESTAMPS"),
+    ],
+)
+def test_start_up_trace_settings_are_checked(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        ServerAppArgs(model_repository="r", deploy_models=True, **fields)
+
+
+def test_rayton_serve_refuses_tracing_without_a_file_before_starting_ray(tmp_path, capsys):
+    code = main(
+        ["serve", "--model-repository", str(tmp_path), "--trace-config", "level=TIMESTAMPS"]
+    )
+    assert code == 2
+    assert "tracing needs a trace file" in capsys.readouterr().err
