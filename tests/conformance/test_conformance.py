@@ -22,6 +22,7 @@ from tests.conformance.cases import REGISTRY
 from tests.conformance.driver import Server, compare, http_request, run_sequence
 from tests.reference_triton import ReferenceTriton, ReferenceTritonError, require_reference_triton
 from tests.support.ports import free_port
+from tests.support.requirements import missing
 
 pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 
@@ -47,7 +48,7 @@ def servers(serve_cluster) -> Iterator[tuple[Server, Server]]:
         reference.start()
     except ReferenceTritonError as err:
         reference.cleanup()
-        pytest.skip(f"reference tritonserver cannot start on this platform: {err}")
+        missing(f"reference tritonserver cannot start on this platform: {err}")
     try:
         not_ready = [m for m in reference.repository_index() if m.get("state") != "READY"]
         assert not not_ready, f"the reference could not load the repository: {not_ready}"

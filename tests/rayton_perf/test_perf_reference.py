@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from rayton_perf import PerfConfig, PerfError, main, run_level
+from tests.support.requirements import missing
 
 pytestmark = pytest.mark.reference
 
@@ -96,7 +97,7 @@ def triton(tmp_path_factory):
             require_reference_triton,
         )
     except ImportError as err:
-        pytest.skip(f"reference Triton harness (tests/reference_triton.py) unavailable: {err}")
+        missing(f"reference Triton harness (tests/reference_triton.py) unavailable: {err}")
     require_reference_triton()
     repository = _write_repository(tmp_path_factory.mktemp("perf") / "models")
     server = ReferenceTriton(repository, start_timeout=90)
@@ -104,12 +105,12 @@ def triton(tmp_path_factory):
         server.start()
     except ReferenceTritonError as err:
         server.cleanup()
-        pytest.skip(f"reference tritonserver could not start: {err}")
+        missing(f"reference tritonserver could not start: {err}")
     try:
         for model in ("ident", "ident_nobatch"):
             status, _ = server.request("GET", f"/v2/models/{model}/ready")
             if status != 200:
-                pytest.skip(f"reference model {model} not ready:\n{server.log_tail()}")
+                missing(f"reference model {model} not ready:\n{server.log_tail()}")
         yield server
     finally:
         server.cleanup()

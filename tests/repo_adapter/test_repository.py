@@ -22,6 +22,7 @@ from repo_adapter.repository import (
     select_versions,
 )
 from tests.repo_adapter.backend_stubs import python_backend_or_stub
+from tests.support.requirements import missing
 
 IO = """
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -62,6 +63,14 @@ def make_model(
     return model_dir
 
 
+def require_module(name: str) -> None:
+    """Skip (fail in CI) unless ``name`` imports: the examples' extra installs it."""
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError:
+        missing(f"{name} is not installed (pip install -e '.[examples]')")
+
+
 def require_backend_module(backend: str) -> None:
     """Skip unless ``repo_adapter.backends.<backend>`` exists (some are written concurrently)."""
     name = f"repo_adapter.backends.{backend}"
@@ -70,7 +79,7 @@ def require_backend_module(backend: str) -> None:
     except ModuleNotFoundError as err:
         if err.name != name:
             raise
-        pytest.skip(f"{name} does not exist yet")
+        missing(f"{name} does not exist yet")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,7 +491,7 @@ def test_probe_order_prefers_tensorrt_then_onnx(tmp_path: Path) -> None:
 def test_autofill_onnx_without_config(tmp_path: Path) -> None:
     """A bare ``model.onnx`` (no config.pbtxt) is completed the way Triton's ORT backend does."""
     require_backend_module("onnxruntime")
-    pytest.importorskip("onnx")
+    require_module("onnx")
     from examples.builders import save_onnx_mlp
 
     model_dir = tmp_path / "mlp"
@@ -508,7 +517,7 @@ def test_autofill_onnx_without_config(tmp_path: Path) -> None:
 
 def test_autofill_onnx_fixed_batch_dim_disables_batching(tmp_path: Path) -> None:
     require_backend_module("onnxruntime")
-    pytest.importorskip("onnx")
+    require_module("onnx")
     from examples.builders import save_onnx_mlp
 
     model_dir = tmp_path / "fixed"
