@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from cluster.haproxy_binds import haproxy_wrapper
+
 # Serve's fast ingress: HAProxy in front, requests straight to replicas, user code on the
 # replica's main loop. Set before Ray starts so the controller and proxies inherit them.
 FAST_INGRESS_ENV = {
@@ -52,6 +54,9 @@ def start_ray(
     else:
         for key, value in LOCAL_CLUSTER_ENV.items():
             os.environ.setdefault(key, value)
+        wrapper = haproxy_wrapper(host) if fast_ingress else None
+        if wrapper:
+            os.environ.setdefault("RAY_SERVE_HAPROXY_BINARY_PATH", wrapper)
         # "local": always a new cluster, never one that Ray's ray_current_cluster file (left by
         # `ray start`, even a dead one) or RAY_ADDRESS points at.
         context = ray.init(

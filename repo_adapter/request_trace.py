@@ -74,6 +74,8 @@ class RequestTrace:
             "request_id": self.request_id,
             "stamps": self.stamps,
             "tensors": self.tensors,
+            # wall clock = monotonic + this, on this node (what OpenTelemetry's times need)
+            "epoch_offset_ns": time.time_ns() - time.monotonic_ns(),
         }
 
 

@@ -43,7 +43,11 @@ from deployments.apps.model_apps import LoadOutcome, ServeModelApps
 from deployments.apps.repository_access import CONTROLLER_APP_NAME
 from deployments.apps.server_args import ServerAppArgs
 from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME
-from deployments.apps.trace_control import TraceControl, startup_trace_settings
+from deployments.apps.trace_control import (
+    TraceControl,
+    startup_exporter,
+    startup_trace_settings,
+)
 from deployments.core.log_settings import LogSettings, apply_log_settings, log_settings_error
 from deployments.core.server_core import RepositoryView
 from deployments.core.status import status_document
@@ -83,7 +87,9 @@ class RepositoryController:
             log_format=spec.log_format,
         )
         apply_log_settings(self._log_settings)
-        self._traces = TraceControl(startup_trace_settings(spec), self.model_deployments)
+        self._traces = TraceControl(
+            startup_trace_settings(spec), self.model_deployments, startup_exporter(spec)
+        )
         self._started = False
         self._unplaceable: set[str] = set()
         self._hosted: dict[str, dict] = {}  # the shared host's models (its user_config)

@@ -51,6 +51,9 @@ class ServerAppArgs(BaseModel):
     trace_rate: int = Field(1000, gt=0, lt=2**32)
     trace_count: int = Field(-1, ge=-1)
     trace_log_frequency: int = Field(0, ge=0, lt=2**32)
+    trace_mode: Literal["triton", "opentelemetry"] = "triton"
+    trace_otel_url: str = "http://localhost:4318/v1/traces"  # OTLP/HTTP traces endpoint
+    trace_otel_resource: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _config_owned_models_do_not_change(self) -> ServerAppArgs:
@@ -65,7 +68,7 @@ class ServerAppArgs(BaseModel):
     @model_validator(mode="after")
     def _traces_need_a_file(self) -> ServerAppArgs:
         tracing = [level for level in self.trace_level if level != "OFF"]
-        if tracing and not self.trace_file:
+        if tracing and not self.trace_file and self.trace_mode == "triton":
             raise ValueError(
                 "tracing needs a trace file: --trace-config triton,file=PATH (trace_file)"
             )
@@ -77,29 +80,35 @@ class ServerAppArgs(BaseModel):
 def parse_trace_config(values: list[str]) -> dict[str, Any]:
     """Triton's ``--trace-config`` values as :class:`ServerAppArgs` fields.
 
-    ``rate=N``, ``count=N``, ``level=TIMESTAMPS|TENSORS|OFF`` (repeatable), ``mode=triton``,
-    ``triton,file=PATH``, ``triton,log-frequency=N``.
+    ``rate=N``, ``count=N``, ``level=TIMESTAMPS|TENSORS|OFF`` (repeatable),
+    ``mode=triton|opentelemetry``, ``triton,file=PATH``, ``triton,log-frequency=N``,
+    ``opentelemetry,url=URL``, ``opentelemetry,resource=KEY=VALUE`` (repeatable).
 
     Raises:
         ValueError: a setting that is unknown, malformed, or not supported.
     """
     fields: dict[str, Any] = {}
     for value in values:
-        mode, _, setting = value.rpartition(",")
+        mode, comma, setting = value.partition(",")
+        if not comma or "=" in mode:  # no mode: a global setting (its value may hold commas)
+            mode, setting = "", value
         name, equals, text = setting.partition("=")
         if not equals:
             raise ValueError(f"--trace-config expects [MODE,]SETTING=VALUE, got '{value}'")
-        if mode == "opentelemetry" or (not mode and name == "mode" and text == "opentelemetry"):
-            raise ValueError(
-                "--trace-config: OpenTelemetry export is not supported; rayton writes Triton's "
-                "trace file (mode=triton)"
-            )
         key = (mode, name)
         if key == ("", "level"):
             fields.setdefault("trace_level", []).append(text)
         elif key == ("", "mode"):
-            if text != "triton":
+            if text not in ("triton", "opentelemetry"):
                 raise ValueError(f"--trace-config: unknown trace mode '{text}'")
+            fields["trace_mode"] = text
+        elif key == ("opentelemetry", "url"):
+            fields["trace_otel_url"] = text
+        elif key == ("opentelemetry", "resource"):
+            resource, equals, resource_value = text.partition("=")
+            if not equals or not resource:
+                raise ValueError(f"--trace-config: resource expects KEY=VALUE, got '{text}'")
+            fields.setdefault("trace_otel_resource", {})[resource] = resource_value
         elif key in (("", "rate"), ("", "count"), ("triton", "log-frequency")):
             try:
                 number = int(text)

@@ -1,12 +1,14 @@
 """Triton's request tracing across the cluster: the controller's side and the replicas' side.
 
 The repository controller holds one :class:`TraceControl`: it owns the trace settings
-(:class:`~deployments.core.trace_settings.TraceSettingsTable`) and the trace file
-(:class:`~deployments.core.trace_file.TraceFileWriter`). A settings change is broadcast to
-every model replica (``apply_trace_settings`` -> :func:`apply_in_this_replica`); a replica that
-starts later adopts the table (:func:`adopt_trace_settings`). Each replica's tracer ships its
-finished traces to the controller's ``record_traces``, which counts them against
-``trace_count`` (broadcasting the change when a count runs out) and writes them.
+(:class:`~deployments.core.trace_settings.TraceSettingsTable`) and where traces go: the trace
+file (:class:`~deployments.core.trace_file.TraceFileWriter`) or, in ``opentelemetry`` mode,
+a collector (:class:`~deployments.core.trace_otlp.OtlpTraceExporter`). A settings change is
+broadcast to every model replica (``apply_trace_settings`` -> :func:`apply_in_this_replica`);
+a replica that starts later adopts the table (:func:`adopt_trace_settings`). Each replica's
+tracer ships its finished traces to the controller's ``record_traces``, which counts them
+against ``trace_count`` (broadcasting the change when a count runs out) and writes or exports
+them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from deployments.apps.handles import broadcast
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
 from deployments.apps.server_args import ServerAppArgs
 from deployments.core.trace_file import TraceFileWriter
-from deployments.core.trace_settings import TraceSettings, TraceSettingsTable
+from deployments.core.trace_otlp import OtlpTraceExporter
+from deployments.core.trace_settings import TRACE_MODE, TraceSettings, TraceSettingsTable
 from deployments.core.tracing import TRACER
 from repo_adapter.errors import InferenceServerError
 
@@ -30,6 +33,13 @@ logger = logging.getLogger(__name__)
 
 _TIMEOUT_S = 10.0
 Targets = Callable[[], Iterable[tuple[str, str]]]
+
+
+def startup_exporter(spec: ServerAppArgs) -> OtlpTraceExporter | None:
+    """The OpenTelemetry exporter ``--trace-config mode=opentelemetry`` asks for, or None."""
+    if spec.trace_mode != "opentelemetry":
+        return None
+    return OtlpTraceExporter(spec.trace_otel_url, spec.trace_otel_resource)
 
 
 def startup_trace_settings(spec: ServerAppArgs) -> TraceSettings:
@@ -40,16 +50,22 @@ def startup_trace_settings(spec: ServerAppArgs) -> TraceSettings:
         count=spec.trace_count,
         log_frequency=spec.trace_log_frequency,
         file=spec.trace_file,
+        mode=spec.trace_mode,
     )
 
 
 class TraceControl:
-    """The trace settings and the trace file (the controller's)."""
+    """The trace settings and where traces go: Triton's trace file, or an OpenTelemetry
+    collector in ``opentelemetry`` mode (the controller's)."""
 
-    def __init__(self, startup: TraceSettings, targets: Targets) -> None:
+    def __init__(
+        self, startup: TraceSettings, targets: Targets, exporter: OtlpTraceExporter | None = None
+    ) -> None:
         self.table = TraceSettingsTable(startup)
         self._targets = targets  # (deployment, application) of every model replica set
-        self._writer = TraceFileWriter(startup.file) if startup.file else None
+        triton_file = startup.mode == TRACE_MODE and startup.file
+        self._writer = TraceFileWriter(startup.file) if triton_file else None
+        self._exporter = exporter if startup.mode != TRACE_MODE else None
 
     async def settings(
         self, model: str | None, changes: dict[str, Any] | None, served: Iterable[str]
@@ -69,7 +85,7 @@ class TraceControl:
 
     async def record(self, records: list[dict[str, Any]]) -> None:
         """Traces from a replica: keep those ``trace_count`` allows and write them."""
-        if self._writer is None:
+        if self._writer is None and self._exporter is None:
             return
         kept: list[dict[str, Any]] = []
         exhausted = False
@@ -83,7 +99,10 @@ class TraceControl:
             kept += roots[:allowed] + children  # a kept trace keeps its children
             owner = self.table.count_owner(model)
             exhausted |= bool(roots) and self.table.effective(owner or None).count == 0
-        self._writer.write(kept, self.table.server.log_frequency)
+        if self._writer is not None:
+            self._writer.write(kept, self.table.server.log_frequency)
+        elif self._exporter is not None and kept:
+            await asyncio.to_thread(self._exporter.export, kept)
         if exhausted:
             await self._broadcast()  # the replicas stop tracing
 

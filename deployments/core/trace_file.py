@@ -20,6 +20,16 @@ from repo_adapter.request_trace import trace_events
 
 logger = logging.getLogger(__name__)
 
+# Traces whose ids are remembered, for children that arrive later (a bounded memory).
+REMEMBERED_TRACES = 100_000
+
+
+def forget_oldest(keys: dict[str, Any], limit: int = REMEMBERED_TRACES) -> None:
+    """Drop the oldest half of ``keys`` once it holds more than ``limit`` (insertion order)."""
+    if len(keys) > limit:
+        for key in list(keys)[: limit // 2]:
+            del keys[key]
+
 
 class TraceFileWriter:
     """One trace file (and its numbered parts)."""
@@ -27,6 +37,7 @@ class TraceFileWriter:
     def __init__(self, path: str) -> None:
         self.path = path
         self._ids: dict[str, int] = {}
+        self._last_id = 0
         self._pending: list[list[dict[str, Any]]] = []  # traces of the next numbered part
         self._next_part = 0
         self._single_started = False
@@ -34,7 +45,9 @@ class TraceFileWriter:
     def _id(self, key: str) -> int:
         found = self._ids.get(key)
         if found is None:
-            found = self._ids[key] = len(self._ids) + 1
+            self._last_id += 1
+            found = self._ids[key] = self._last_id
+            forget_oldest(self._ids)
         return found
 
     def write(self, records: list[dict[str, Any]], log_frequency: int) -> None:

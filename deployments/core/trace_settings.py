@@ -22,7 +22,8 @@ from repo_adapter.errors import InferenceServerError, StatusCode
 
 OFF = "OFF"
 LEVELS = ("TIMESTAMPS", "TENSORS")
-TRACE_MODE = "triton"
+TRACE_MODE = "triton"  # Triton's trace file; "opentelemetry": spans over OTLP/HTTP
+MODES = (TRACE_MODE, "opentelemetry")
 _UINT32_MAX = 2**32 - 1
 # Triton's setting name -> TraceSettings field
 _FIELDS = {
@@ -158,7 +159,7 @@ def parse_changes(changes: Any) -> dict[str, Any]:
 
 def check(settings: TraceSettings) -> None:
     """Triton's checks of a resulting set of settings."""
-    if settings.level and not settings.file:
+    if settings.level and not settings.file and settings.mode == TRACE_MODE:
         raise _invalid("trace file name is not given")
 
 

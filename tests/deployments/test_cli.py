@@ -32,6 +32,7 @@ from tests.support.processes import (
     session_pids,
     start_session,
 )
+from tests.support.sockets import listening_sockets
 
 TEST_MODELS = Path(__file__).parent / "model_repository"
 PYTHON_MODELS = Path(__file__).parents[1] / "repo_adapter" / "backends" / "python_models"
@@ -183,6 +184,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             inputs = [grpcclient.InferInput("IN", [1, 1], "BYTES")]
             inputs[0].set_data_from_numpy(big)
             assert client.infer("bytes_identity", inputs).as_numpy("OUT")[0, 0] == big[0, 0]
+        check_listeners_are_loopback(server, lines, (port, grpc_port))
         server.send_signal(stop_signal)
         server.wait(120)
         reader.join(10)
@@ -202,6 +204,26 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         for pid in session_pids(server.pid):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+# Serve's HAProxy stats page and Prometheus exporter (Ray's defaults; rayton moves their binds)
+HAPROXY_PORTS = (8404, 9101)
+
+
+def check_listeners_are_loopback(server, lines: list[str], ports: tuple[int, ...]) -> None:
+    """Every listener rayton controls (HTTP, gRPC, metrics, dashboard, HAProxy's stats and
+    exporter) is on 127.0.0.1; Ray's own (GCS, raylet, workers), which Ray binds on every
+    interface, are the ones the README names."""
+    command = server.args
+    dashboard = int(command[command.index("--dashboard-port") + 1])
+    metrics = int(command[command.index("--metrics-port") + 1])
+    controlled = {*ports, dashboard, metrics, *HAPROXY_PORTS}
+    listeners = listening_sockets(session_pids(server.pid))
+    exposed = [s.describe() for s in listeners if s.port in controlled and not s.loopback]
+    assert not exposed, "rayton's listeners off loopback:\n" + "\n".join(exposed)
+    on_loopback = {s.port for s in listeners if s.loopback}
+    assert {*ports, dashboard, metrics} <= on_loopback, (on_loopback, lines[-12:])
+    assert set(HAPROXY_PORTS) <= on_loopback  # fast ingress runs HAProxy
 
 
 SLOW_MODEL = """\

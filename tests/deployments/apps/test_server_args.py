@@ -27,9 +27,29 @@ def test_trace_config_as_triton_writes_it():
         "trace_rate": 100,
         "trace_level": ["TIMESTAMPS", "TENSORS"],
         "trace_count": 10,
+        "trace_mode": "triton",
     }
     args = ServerAppArgs(model_repository="r", deploy_models=True, **fields)
     assert args.trace_level == ["TIMESTAMPS", "TENSORS"]
+
+
+def test_opentelemetry_mode_needs_no_trace_file():
+    fields = parse_trace_config(
+        [
+            "mode=opentelemetry",
+            "opentelemetry,url=http://127.0.0.1:4318/v1/traces",
+            "opentelemetry,resource=service.name=shop",
+            "opentelemetry,resource=deployment=blue,green",
+            "level=TIMESTAMPS",
+        ]
+    )
+    assert fields == {
+        "trace_mode": "opentelemetry",
+        "trace_otel_url": "http://127.0.0.1:4318/v1/traces",
+        "trace_otel_resource": {"service.name": "shop", "deployment": "blue,green"},
+        "trace_level": ["TIMESTAMPS"],
+    }
+    ServerAppArgs(model_repository="r", deploy_models=True, **fields)
 
 
 @pytest.mark.parametrize(
@@ -37,8 +57,8 @@ def test_trace_config_as_triton_writes_it():
     [
         ("rate", "expects [MODE,]SETTING=VALUE"),
         ("rate=x", "rate must be an integer"),
-        ("mode=opentelemetry", "OpenTelemetry export is not supported"),
-        ("opentelemetry,url=http://127.0.0.1:4318", "OpenTelemetry export is not supported"),
+        ("opentelemetry,bsp_max_export_batch_size=5", "unknown setting"),
+        ("opentelemetry,resource=novalue", "resource expects KEY=VALUE"),
         ("triton,nope=1", "unknown setting"),
         ("mode=other", "unknown trace mode"),
     ],

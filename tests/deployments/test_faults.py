@@ -1,0 +1,188 @@
+"""Faults a live server survives: a model that kills its own process, a replica killed by pid
+under load, a model whose ``initialize`` raises. Each costs only the requests it must: the
+failing ones end promptly with an error (never a hang), the other models keep serving, and
+the model serves again once Serve has replaced its replica.
+
+Models get replicas of their own here (``cpu_models="dedicated"``): with the shared host
+(``rayton serve``'s default for CPU models) a process that dies takes every model it hosts
+with it, as a Triton process does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support.ports import free_port
+
+pytestmark = pytest.mark.cluster
+
+ECHO = """\
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if np.any(data < 0):
+                os._exit(3)  # the whole replica process goes, mid-request
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data)]))
+        return responses
+"""
+CONFIG = """\
+backend: "python"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"""
+INIT_RAISES = """\
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("the weights are missing")
+
+    def execute(self, requests):
+        return []
+"""
+PROMPT_S = 30.0  # a failed request ends within this (Serve's health checks find a dead actor)
+RECOVERY_S = 120.0  # a replaced replica serves within this on a busy 2-core machine
+
+
+@pytest.fixture(scope="module")
+def server(serve_cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults") / "repository"
+    for name, code in (("crashes", ECHO), ("steady", ECHO), ("init_fails", INIT_RAISES)):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(CONFIG)
+        (root / name / "1" / "model.py").write_text(code)
+    grpc_port = free_port()
+    serve_cluster.deploy_live(root, "none", grpc_port=grpc_port, cpu_models="dedicated")
+    yield serve_cluster.http_url, f"127.0.0.1:{grpc_port}"
+    serve_cluster.delete_all()
+
+
+def infer(url: str, model: str, value: float, timeout_s: float = 60.0) -> np.ndarray:
+    tensor = httpclient.InferInput("IN", [1, 2], "FP32")
+    tensor.set_data_from_numpy(np.full((1, 2), value, np.float32))
+    with httpclient.InferenceServerClient(url, network_timeout=timeout_s) as client:
+        return client.infer(model, [tensor]).as_numpy("OUT")
+
+
+def serves(url: str, model: str) -> bool:
+    try:
+        return infer(url, model, 1.0, timeout_s=10).tolist() == [[1.0, 1.0]]
+    except Exception:
+        return False
+
+
+def wait_until(predicate, timeout_s: float) -> float | None:
+    """Seconds until ``predicate()`` held, or None."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(0.5)
+    return None
+
+
+def replica_pids(url: str, model: str) -> list[int]:
+    with urllib.request.urlopen(f"http://{url}/v2/rayton/status", timeout=30) as response:
+        status = json.loads(response.read())
+    return [replica["pid"] for replica in status["models"][model]["replicas"]]
+
+
+def test_a_model_whose_initialize_raises_is_unavailable_with_the_reason(server):
+    http_url, _ = server
+    with httpclient.InferenceServerClient(http_url) as client:
+        (entry,) = [m for m in client.get_model_repository_index() if m["name"] == "init_fails"]
+        assert entry["state"] == "UNAVAILABLE"
+        assert "the weights are missing" in entry["reason"]
+        assert not client.is_model_ready("init_fails")
+    assert serves(http_url, "steady")
+
+
+def test_a_model_that_kills_its_process_fails_that_request_and_comes_back(server):
+    http_url, grpc_url = server
+    assert serves(http_url, "crashes")
+    start = time.monotonic()
+    with pytest.raises(InferenceServerException) as failed:
+        infer(http_url, "crashes", -1.0)
+    assert time.monotonic() - start < PROMPT_S
+    assert failed.value.status() and failed.value.status().startswith("5"), failed.value
+    assert serves(http_url, "steady")  # its own process: untouched
+    assert wait_until(lambda: serves(http_url, "crashes"), RECOVERY_S) is not None
+    # Over gRPC the same fault is an error status, not a hang.
+    tensor = grpcclient.InferInput("IN", [1, 2], "FP32")
+    tensor.set_data_from_numpy(np.full((1, 2), -1.0, np.float32))
+    start = time.monotonic()
+    with (
+        grpcclient.InferenceServerClient(grpc_url) as client,
+        pytest.raises(InferenceServerException) as failed,
+    ):
+        client.infer("crashes", [tensor], client_timeout=PROMPT_S)
+    assert time.monotonic() - start < PROMPT_S
+    assert failed.value.message()
+    assert wait_until(lambda: serves(http_url, "crashes"), RECOVERY_S) is not None
+
+
+def test_a_replica_killed_under_load_is_replaced(server):
+    http_url, _ = server
+    (pid,) = replica_pids(http_url, "steady")
+    stop = threading.Event()
+    outcomes: list[tuple[float, float, bool]] = []  # (start, seconds, ok)
+
+    def client() -> None:
+        while not stop.is_set():
+            begun = time.monotonic()
+            try:
+                ok = infer(http_url, "steady", 2.0, timeout_s=PROMPT_S).tolist() == [[2.0, 2.0]]
+            except Exception:
+                ok = False
+            outcomes.append((begun, time.monotonic() - begun, ok))
+
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(4):
+            pool.submit(client)
+        time.sleep(2.0)
+        killed = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        recovered = wait_until(
+            lambda: any(ok and begun > killed for begun, _, ok in outcomes[-8:]), RECOVERY_S
+        )
+        time.sleep(2.0)
+        stop.set()
+    assert recovered is not None, "no request succeeded after the kill"
+    assert replica_pids(http_url, "steady") != [pid]
+    assert max(seconds for _, seconds, _ in outcomes) < PROMPT_S + 5  # nothing hung
+    before = [ok for begun, _, ok in outcomes if begun + 0.5 < killed]
+    assert before and all(before)
+    failed = [o for o in outcomes if not o[2]]
+    print(f"replica killed: {len(failed)} failed requests, served again after {recovered:.1f} s")
+    assert outcomes[-1][2]  # serving again at the end
+
+
+def test_errors_after_the_faults_are_still_tritons(server):
+    http_url, _ = server
+    request = urllib.request.Request(
+        f"http://{http_url}/v2/models/init_fails/infer", data=b'{"inputs": []}'
+    )
+    with pytest.raises(urllib.error.HTTPError) as answered:
+        urllib.request.urlopen(request, timeout=30)
+    assert answered.value.code in (400, 503)
+    assert "error" in json.loads(answered.value.read())
