@@ -84,9 +84,9 @@ def http_client(url: str, stop: threading.Event, tally: Tally, invalid_every: in
                 except OSError as err:
                     tally.add("http malformed: connection error", f"{applied}: {err}")
                     continue
-                kind = (
-                    "server error" if status >= 500 else "client error" if status >= 400 else "ok"
-                )
+                # 501: Triton's refusal of an unsupported feature (a compression type)
+                server_error = status >= 500 and status != 501
+                kind = "server error" if server_error else "client error" if status >= 400 else "ok"
                 tally.add(f"http malformed: {kind}", f"{applied}: {status} {reply[:120]!r}")
                 continue
             tensor = httpclient.InferInput("IN", [1, 2], "FP32")

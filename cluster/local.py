@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cluster.haproxy_binds import haproxy_wrapper
+from cluster.haproxy_wrapper import haproxy_wrapper
 
 # Serve's fast ingress: HAProxy in front, requests straight to replicas, user code on the
 # replica's main loop. Set before Ray starts so the controller and proxies inherit them.
@@ -54,6 +54,7 @@ def start_ray(
     else:
         for key, value in LOCAL_CLUSTER_ENV.items():
             os.environ.setdefault(key, value)
+        # HAProxy's stats and exporter on the serving address, Triton's JSON error page
         wrapper = haproxy_wrapper(host) if fast_ingress else None
         if wrapper:
             os.environ.setdefault("RAY_SERVE_HAPROXY_BINARY_PATH", wrapper)

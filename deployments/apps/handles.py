@@ -14,8 +14,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ray import serve
+from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
 
+from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.request_validation import model_not_found
 
 logger = logging.getLogger(__name__)
@@ -77,9 +79,16 @@ class ModelHandles:
     async def call(self, model: str, method: str, *args: Any, timeout_s: float | None = None):
         """Call ``method`` on one replica of ``model``'s deployment and return its result."""
         response = self.method(model, method).remote(*args)
-        if timeout_s is None:
-            return await response
-        return await asyncio.wait_for(response, timeout_s)
+        try:
+            if timeout_s is None:
+                return await response
+            return await asyncio.wait_for(response, timeout_s)
+        except RayActorError as err:  # the replica's process went (a crash, a kill)
+            raise InferenceServerError(
+                f"model '{model}' is unavailable: the replica serving it stopped before "
+                f"answering ({type(err).__name__}); Serve is starting a new one",
+                StatusCode.UNAVAILABLE,
+            ) from None
 
 
 _BROADCAST_TIMEOUT_S = 10.0

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -23,6 +24,8 @@ import yaml
 from ray.serve.schema import ServeDeploySchema
 
 from deployments.cli import main
+from tests.deployments.test_faults import CONFIG as CRASHES_CONFIG
+from tests.deployments.test_faults import ECHO as CRASHES
 from tests.deployments.test_serve_run import wait_until
 from tests.support.ports import free_port
 from tests.support.processes import (
@@ -138,6 +141,9 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             (repository / model.name).symlink_to(model)
     (repository / "bytes_identity").symlink_to(TEST_MODELS / "bytes_identity")
     (repository / "init_raises").symlink_to(PYTHON_MODELS / "init_raises")
+    (repository / "crashes" / "1").mkdir(parents=True)
+    (repository / "crashes" / "config.pbtxt").write_text(CRASHES_CONFIG)
+    (repository / "crashes" / "1" / "model.py").write_text(CRASHES)
     port, grpc_port = free_port(), free_port()
     server = start_session(
         rayton_serve_command(
@@ -152,6 +158,8 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             "bytes_identity",
             "--load-model",
             "init_raises",
+            "--load-model",
+            "crashes",
         ),
         env=rayton_serve_env(ray_tmp),
         stdout=subprocess.PIPE,
@@ -185,6 +193,14 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             inputs[0].set_data_from_numpy(big)
             assert client.infer("bytes_identity", inputs).as_numpy("OUT")[0, 0] == big[0, 0]
         check_listeners_are_loopback(server, lines, (port, grpc_port))
+        # Last: the crash takes the shared host down. HAProxy's answer is Triton's JSON too.
+        crash = urllib.request.Request(
+            f"http://{url}/v2/models/crashes/infer",
+            data=json.dumps(
+                {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [-1, 1]}]}
+            ).encode(),
+        )
+        assert crash_answer(crash) == (500, "no replica of the model answered")
         server.send_signal(stop_signal)
         server.wait(120)
         reader.join(10)
@@ -204,6 +220,20 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         for pid in session_pids(server.pid):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def crash_answer(request: urllib.request.Request) -> tuple[int, str]:
+    """(status, start of the error) of a request whose replica dies. HAProxy reloads when
+    Serve's replicas change; a request that meets a reload gets its connection closed
+    instead, so it is sent again (three tries)."""
+    for _ in range(3):
+        try:
+            urllib.request.urlopen(request, timeout=60)
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())["error"][:32]
+        except ConnectionError:
+            time.sleep(1.0)
+    raise AssertionError("every try of the crashing request lost its connection")
 
 
 # Serve's HAProxy stats page and Prometheus exporter (Ray's defaults; rayton moves their binds)

@@ -126,7 +126,10 @@ def test_a_model_that_kills_its_process_fails_that_request_and_comes_back(server
     assert time.monotonic() - start < PROMPT_S
     assert failed.value.status() and failed.value.status().startswith("5"), failed.value
     assert serves(http_url, "steady")  # its own process: untouched
-    assert wait_until(lambda: serves(http_url, "crashes"), RECOVERY_S) is not None
+    back = wait_until(lambda: serves(http_url, "crashes"), RECOVERY_S)
+    assert back is not None
+    error = failed.value
+    print(f"os._exit over HTTP: {error.status()} {error.message()!r}, back in {back:.1f} s")
     # Over gRPC the same fault is an error status, not a hang.
     tensor = grpcclient.InferInput("IN", [1, 2], "FP32")
     tensor.set_data_from_numpy(np.full((1, 2), -1.0, np.float32))
@@ -137,8 +140,10 @@ def test_a_model_that_kills_its_process_fails_that_request_and_comes_back(server
     ):
         client.infer("crashes", [tensor], client_timeout=PROMPT_S)
     assert time.monotonic() - start < PROMPT_S
-    assert failed.value.message()
-    assert wait_until(lambda: serves(http_url, "crashes"), RECOVERY_S) is not None
+    assert "the replica serving it stopped before answering" in failed.value.message()
+    back = wait_until(lambda: serves(http_url, "crashes"), RECOVERY_S)
+    assert back is not None
+    print(f"os._exit over gRPC: {failed.value.status()} {failed.value.message()[:80]!r}")
 
 
 def test_a_replica_killed_under_load_is_replaced(server):

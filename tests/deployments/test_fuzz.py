@@ -30,6 +30,9 @@ pytestmark = pytest.mark.cluster
 TEST_MODELS = Path(__file__).parent / "model_repository"
 BASE_SEED = int(os.environ.get("FUZZ_SEED", "20261201"))
 HTTP_CASES = 600
+# Triton's answer for a feature it does not implement (a Content-Encoding other than gzip or
+# deflate): a refusal of the request, with Triton's error body, not a server fault.
+UNSUPPORTED = 501
 GRPC_CASES = 250
 
 
@@ -57,16 +60,17 @@ def test_malformed_http_requests_get_client_errors(server):
             problems.append(f"seed {seed} {applied}: {type(err).__name__}: {err}")
             continue
         statuses[status] = statuses.get(status, 0) + 1
-        if status >= 500:
+        if status >= 500 and status != UNSUPPORTED:
             problems.append(f"seed {seed} {applied}: {status} {reply[:200]!r}")
-        elif status >= 400:
+        if status >= 400:
             try:
                 error = json.loads(reply)["error"]
                 assert isinstance(error, str) and error
             except Exception:
                 problems.append(f"seed {seed} {applied}: {status} without Triton's error body")
     assert not problems, f"{len(problems)} of {HTTP_CASES}:\n" + "\n".join(problems[:20])
-    assert sum(n for s, n in statuses.items() if 400 <= s < 500) >= HTTP_CASES * 0.9, statuses
+    refused = sum(n for s, n in statuses.items() if 400 <= s < 500 or s == UNSUPPORTED)
+    assert refused >= HTTP_CASES * 0.9, statuses
     assert_still_serving(server)
 
 

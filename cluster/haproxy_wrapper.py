@@ -1,0 +1,108 @@
+"""Serve's HAProxy, run through a wrapper that fixes two things Ray 2.60's config gets wrong
+for rayton.
+
+* **Listeners**: the config binds HAProxy's stats page and Prometheus exporter on every
+  interface (``bind *:8404``, ``bind :9101``) whatever ``http_options.host`` says; the wrapper
+  binds them on the serving address, where the frontends already are.
+* **Error pages**: when no replica answers (one crashed or was killed, 502; none is up, 503; a
+  timeout, 504) HAProxy sends Ray's plain-text ``Internal Server Error``, and so does Serve's
+  Python proxy (HAProxy's backup server) when its call to a replica fails; the wrapper points
+  those ``errorfile`` lines at a page with Triton's JSON error body and gives any other
+  non-JSON 5xx of the HTTP frontend that body, so every error a client sees is
+  ``{"error": ...}``.
+
+For a cluster rayton starts itself, Serve runs the wrapper (``RAY_SERVE_HAPROXY_BINARY_PATH``):
+it edits the config file Serve passes with ``-f`` in place, then runs the real binary with the
+same arguments.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ipaddress
+import json
+import os
+import shlex
+import shutil
+import stat
+import tempfile
+
+NO_REPLICA_ANSWERED = (
+    "no replica of the model answered: it stopped, is restarting or timed out; retry shortly"
+)
+_ERROR_PAGE = "triton-error.http"
+_ERROR_BODY = "triton-error.json"
+# Serve's Python proxy (HAProxy's backup server while a model has no replica) answers a failed
+# replica call with a plain-text 500: give any non-JSON 5xx of the HTTP frontend Triton's body.
+_JSON_RULE = (
+    "http-response return status 500 content-type application/json file {body} "
+    "if {{ status ge 500 }} !{{ res.hdr(content-type) -m beg application/json }}"
+)
+_WRAPPER = """#!/bin/sh
+# rayton: Serve's HAProxy with its listeners on the serving address and Triton's error body
+previous=""
+for argument in "$@"; do
+  if [ "$previous" = "-f" ]; then
+    sed -i {binds}-e 's|^\\([[:space:]]*errorfile [0-9][0-9]*\\) .*$|\\1 {error_page}|' \\
+      -e '/^frontend http_frontend/a\\    {json_rule}' "$argument"
+  fi
+  previous="$argument"
+done
+exec {binary} "$@"
+"""
+_BIND_EDITS = (
+    "-e 's/^\\([[:space:]]*bind \\)\\*:/\\1{host}:/' -e 's/^\\([[:space:]]*bind \\):/\\1{host}:/' "
+)
+
+
+def bindable_host(host: str) -> bool:
+    """Whether HAProxy's ``bind HOST:PORT`` takes ``host`` as written (IPv4 or a name)."""
+    try:
+        return ipaddress.ip_address(host).version == 4
+    except ValueError:
+        return bool(host) and ":" not in host
+
+
+def error_page() -> bytes:
+    """A whole HTTP response, as HAProxy's ``errorfile`` wants it, with Triton's error body."""
+    body = json.dumps({"error": NO_REPLICA_ANSWERED}).encode()
+    head = (
+        "HTTP/1.1 500 Internal Server Error\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def haproxy_wrapper(host: str) -> str | None:
+    """Path of an executable that runs Serve's HAProxy with its listeners on ``host`` (left
+    alone where ``host`` is every interface or cannot be written into a bind) and Triton's
+    error page; None where no HAProxy binary is installed."""
+    try:
+        from ray.serve._private.haproxy import get_haproxy_binary
+
+        binary = get_haproxy_binary()
+    except Exception:  # no HAProxy here: Serve reports that itself
+        return None
+    directory = tempfile.mkdtemp(prefix="rayton-haproxy-")
+    atexit.register(shutil.rmtree, directory, True)
+    page = os.path.join(directory, _ERROR_PAGE)
+    with open(page, "wb") as out:
+        out.write(error_page())
+    body = os.path.join(directory, _ERROR_BODY)
+    with open(body, "w", encoding="utf-8") as out:
+        json.dump({"error": NO_REPLICA_ANSWERED}, out)
+    binds = _BIND_EDITS.format(host=host) if host != "0.0.0.0" and bindable_host(host) else ""
+    path = os.path.join(directory, "haproxy")
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(
+            _WRAPPER.format(
+                binds=binds,
+                error_page=page,
+                json_rule=_JSON_RULE.format(body=body),
+                binary=shlex.quote(binary),
+            )
+        )
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+    return path
