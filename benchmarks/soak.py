@@ -126,7 +126,8 @@ def grpc_client(url: str, stop: threading.Event, tally: Tally, invalid_every: in
 
 
 def _rss_by_process(session: int) -> dict[str, int]:
-    """Resident bytes per process of the session, keyed ``<pid> <short command>``."""
+    """Resident bytes per process of the session, keyed ``<pid> <short command>`` (a Ray
+    worker's title names the task it runs now, so the report matches processes by pid)."""
     found = {}
     for pid in session_pids(session):
         try:
@@ -208,12 +209,14 @@ def report(tally: Tally, samples, elapsed: float, args) -> int:
     for kind, example in sorted(tally.examples.items()):
         if "ok" not in kind and "client error" not in kind:
             print(f"  e.g. {kind}: {example}")
-    baseline = next((s for t, s in samples if t >= WARM_UP_S), samples[0][1])
-    last = samples[-1][1]
+    by_pid = [(t, {key.split()[0]: (key, rss) for key, rss in s.items()}) for t, s in samples]
+    baseline = next((s for t, s in by_pid if t >= WARM_UP_S), by_pid[0][1])
+    last = by_pid[-1][1]
     print(f"resident memory (MB) after {WARM_UP_S:.0f} s warm-up -> peak -> end:")
-    for process in sorted(baseline, key=lambda p: -baseline[p]):
-        peak = max(s.get(process, 0) for _, s in samples)
-        start, end = baseline[process] / 1e6, last.get(process, 0) / 1e6
+    for pid in sorted(baseline, key=lambda p: -baseline[p][1]):
+        process = baseline[pid][0]
+        peak = max(s.get(pid, ("", 0))[1] for _, s in by_pid)
+        start, end = baseline[pid][1] / 1e6, last.get(pid, ("", 0))[1] / 1e6
         print(
             f"  {process:66s} {start:7.1f} -> {peak / 1e6:7.1f} -> {end:7.1f} ({end - start:+.1f})"
         )

@@ -31,6 +31,7 @@ from deployments.apps.server_args import (
     parse_trace_config,
 )
 from deployments.core.status import format_status
+from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.server_routes import STATUS_PATH
 from deployments.metrics.options import DEFAULT_INTERVAL_MS, DEFAULT_METRICS_PORT, MetricsAppArgs
 
@@ -52,6 +53,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--grpc-host", default=None, help="gRPC bind address (default: the HTTP host)"
+    )
+    parser.add_argument(
+        "--http-max-input-size",
+        type=int,
+        default=DEFAULT_MAX_INPUT_SIZE,
+        metavar="BYTES",
+        help="largest inference request body accepted (default 64 MiB, as Triton)",
     )
     parser.add_argument(
         "--metrics-port",
@@ -159,7 +167,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     plans, scanned = plan_applications(
-        args.model_repository, _selected_models(args), **_grpc(args), metrics=metrics
+        args.model_repository,
+        _selected_models(args),
+        **_grpc(args),
+        metrics=metrics,
+        http_max_input_size=args.http_max_input_size,
     )
 
     config = serve_config(plans, http_host=args.http_host, http_port=args.http_port)
@@ -249,6 +261,7 @@ def _deploy(args: argparse.Namespace, metrics: MetricsAppArgs | None, serve, run
         deploy_models=True,
         cpu_models=args.cpu_models,
         model_file_override_dir=args.model_file_override_dir,
+        http_max_input_size=args.http_max_input_size,
         log_file=args.log_file,
         log_info=args.log_info == "true",
         log_warning=args.log_warning == "true",

@@ -75,6 +75,7 @@ class ServeCluster:
         metrics_port: int | None = None,
         log_file: str = "",
         trace: dict[str, Any] | None = None,
+        http_max_input_size: int | None = None,
     ) -> list[str]:
         """Deploy as ``rayton serve`` does: the repository controller deploys the models.
 
@@ -97,6 +98,7 @@ class ServeCluster:
             model_file_override_dir=model_file_override_dir,
             log_file=log_file,
             **(trace or {}),
+            **({"http_max_input_size": http_max_input_size} if http_max_input_size else {}),
         )
         return self._run(
             front_applications(args, grpc_port=grpc_port, metrics=_metrics_args(metrics_port))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from ray.serve import Application
 
 from cluster.placement import GRACEFUL_SHUTDOWN_TIMEOUT_S, placement_for
@@ -35,6 +35,7 @@ from deployments.apps.server_args import ServerAppArgs
 from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME, TritonServer
 from deployments.core.server_core import SERVER_VERSION
 from deployments.grpc.server import GrpcSpec
+from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.metrics.options import MetricsAppArgs
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.live_repository import LiveRepository
@@ -56,6 +57,8 @@ class ModelAppArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
     model_repository: str
     model: str
+    # Triton's --http-max-input-size: the largest inference request body this model takes
+    http_max_input_size: int = Field(DEFAULT_MAX_INPUT_SIZE, gt=0)
 
 
 class GrpcAppArgs(BaseModel):
@@ -157,6 +160,7 @@ def plan_applications(
     grpc_port: int | None = None,
     grpc_host: str = "127.0.0.1",
     metrics: MetricsAppArgs | None = None,
+    http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
 ) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
     """A Serve config's applications: the front ones, then one per available model."""
     scanned = scan_for_serving(repository, models)
@@ -165,12 +169,15 @@ def plan_applications(
         if not model.available:
             continue
         placement = placement_for(model.config)
+        args: dict[str, Any] = {"model_repository": str(repository), "model": name}
+        if http_max_input_size != DEFAULT_MAX_INPUT_SIZE:  # the default stays implicit
+            args["http_max_input_size"] = http_max_input_size
         plans.append(
             AppPlan(
                 name=name,
                 route_prefix=model_route_prefix(name),
                 import_path=MODEL_APP_IMPORT_PATH,
-                args={"model_repository": str(repository), "model": name},
+                args=args,
                 deployment_options=placement.deployment_options()
                 | {"max_surge_percent": SURGE_PERCENT},
             )
@@ -192,7 +199,9 @@ SURGE_PERCENT = 100
 HOST_MAX_ONGOING_REQUESTS = 1024
 
 
-def model_application(model: RepositoryModel, generation: str = "") -> Application:
+def model_application(
+    model: RepositoryModel, generation: str = "", max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+) -> Application:
     """The Serve application of one scanned, available model (single model or ensemble)."""
     placement = placement_for(model.config)
     options = placement.deployment_options() | {"max_surge_percent": SURGE_PERCENT}
@@ -203,7 +212,7 @@ def model_application(model: RepositoryModel, generation: str = "") -> Applicati
     )
     if hasattr(deployment, "_version"):  # private: see MODEL_CODE_VERSION
         deployment._version = MODEL_CODE_VERSION
-    return deployment.bind(model.name)
+    return deployment.bind(model.name, max_input_size)
 
 
 def _spec(model: RepositoryModel, generation: str) -> ModelSpec | EnsembleSpec:
@@ -222,7 +231,9 @@ def hosted_model_entry(model: RepositoryModel, generation: str) -> dict[str, Any
     return hosted_entry(_spec(model, generation))
 
 
-def host_application(hosted: dict[str, dict[str, Any]]) -> Application:
+def host_application(
+    hosted: dict[str, dict[str, Any]], max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+) -> Application:
     """The shared host serving ``hosted`` (``hosted_model_entry`` by model name)."""
     deployment = TritonModelHost.options(
         name=HOST_DEPLOYMENT_NAME,
@@ -235,7 +246,7 @@ def host_application(hosted: dict[str, dict[str, Any]]) -> Application:
     )
     if hasattr(deployment, "_version"):  # private: see MODEL_CODE_VERSION
         deployment._version = MODEL_CODE_VERSION
-    return deployment.bind()
+    return deployment.bind(max_input_size)
 
 
 def build_model_app(args: ModelAppArgs) -> Application:
@@ -246,7 +257,7 @@ def build_model_app(args: ModelAppArgs) -> Application:
     model = repository.plan_load(args.model).models[-1]
     if not model.available:
         raise InferenceServerError(f"model '{args.model}' is unavailable: {model.error}")
-    return model_application(model, repository.fingerprint(args.model))
+    return model_application(model, repository.fingerprint(args.model), args.http_max_input_size)
 
 
 def build_server_app(args: ServerAppArgs) -> Application:

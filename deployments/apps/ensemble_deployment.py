@@ -17,6 +17,7 @@ from deployments.apps.model_deployment import (
 )
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.served_model import ServedModel
+from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from repo_adapter.inference_types import InferRequest, InferResponse
 
 
@@ -42,9 +43,9 @@ class EnsembleSpec:
 class TritonEnsemble(ServedModelDeployment):
     """Serves one ensemble; members are other applications' model deployments."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         self._members = ModelHandles()
-        super().__init__(name)
+        super().__init__(name, max_input_size)
 
     def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
         spec = EnsembleSpec.from_user_config(user_config)

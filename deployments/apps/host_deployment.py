@@ -45,6 +45,7 @@ from deployments.core.server_core import ServerCore
 from deployments.core.single_model import SingleModel
 from deployments.core.tracing import TRACER
 from deployments.grpc.model_infer import infer_serialized
+from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
 from repo_adapter.backends import InstanceSpec
@@ -73,7 +74,8 @@ def instance_count(config: mc.ModelConfig) -> int:
 class TritonModelHost:
     """Serves the hosted models over HTTP and to other deployments (``model_call``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
+        self._max_input_size = max_input_size
         self.host = ModelHost()
         # Hosted python models make BLS calls like dedicated ones; to a co-hosted model, here.
         install_bls(local_model=self._ready_slot)
@@ -93,7 +95,10 @@ class TritonModelHost:
         self._started = True
         self._endpoints = {
             name: ModelHttpEndpoints(
-                self.host.slot(name), self._statistics_of(name), controller_trace_setting
+                self.host.slot(name),
+                self._statistics_of(name),
+                controller_trace_setting,
+                self._max_input_size,
             )
             for name in wanted
         }

@@ -36,6 +36,7 @@ from deployments.core.single_model import SingleModel
 from deployments.core.statistics import merge_entries
 from deployments.core.tracing import TRACER
 from deployments.grpc.model_infer import infer_serialized
+from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.inference_types import InferRequest, InferResponse
@@ -60,9 +61,11 @@ class ServedModelDeployment:
     server application and the repository controller (``slot_status``).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         self.slot = ModelSlot(name)
-        self._http = ModelHttpEndpoints(self.slot, self.statistics, controller_trace_setting)
+        self._http = ModelHttpEndpoints(
+            self.slot, self.statistics, controller_trace_setting, max_input_size
+        )
         self._log_settings_adopted = False
 
     def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
@@ -211,9 +214,9 @@ def _instance(spec: ModelSpec) -> InstanceSpec:
 class TritonModel(ServedModelDeployment):
     """Serves one model (all its selected versions) from each replica."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         install_bls()  # before the backend loads: initialize() may make BLS calls already
-        super().__init__(name)
+        super().__init__(name, max_input_size)
 
     def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
         spec = ModelSpec.from_user_config(user_config)

@@ -218,10 +218,12 @@ class RepositoryController:
                 host_changed = True
             elif deploy:
                 route = f"/v2/models/{model.name}"
-                targets.append((model.name, model_application(model, generation), route))
+                application = model_application(model, generation, self.spec.http_max_input_size)
+                targets.append((model.name, application, route))
             waits.append((model, generation if deploy else None, hosted))
         if host_changed:
-            targets.append((HOST_APP_NAME, host_application(self._hosted), HOST_ROUTE_PREFIX))
+            host = host_application(self._hosted, self.spec.http_max_input_size)
+            targets.append((HOST_APP_NAME, host, HOST_ROUTE_PREFIX))
         if targets:
             try:
                 await self.apps.deploy(targets)
@@ -267,7 +269,8 @@ class RepositoryController:
         if self._hosted.pop(name, None) is None:
             return
         route = HOST_ROUTE_PREFIX
-        await self.apps.deploy([(HOST_APP_NAME, host_application(self._hosted), route)])
+        host = host_application(self._hosted, self.spec.http_max_input_size)
+        await self.apps.deploy([(HOST_APP_NAME, host, route)])
         await self.apps.wait_unhosted(name, _UNLOAD_TIMEOUT_S)
 
     async def _unload_one(self, name: str) -> None:

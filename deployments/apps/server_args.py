@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
+
 DEFAULT_POLL_SECS = 15.0
 # A model whose replicas are not all up by then is UNAVAILABLE (its application is removed).
 DEFAULT_LOAD_TIMEOUT_S = 300.0
@@ -38,6 +40,8 @@ class ServerAppArgs(BaseModel):
     # Where a repository load may write the model files a client sends (Triton's file:
     # parameters: model code from the network); None refuses them.
     model_file_override_dir: str | None = None
+    # Triton's --http-max-input-size: the largest inference request body a model takes
+    http_max_input_size: int = Field(DEFAULT_MAX_INPUT_SIZE, gt=0)
     # Triton's --log-* start-up settings (the logging extension changes all but the file).
     log_file: str = ""
     log_info: bool = True

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from deployments.core.served_model import ServedModel
 from deployments.core.tracing import TRACER
+from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE, read_body
 from deployments.http.request_decoding import decode_infer_request, parse_json_object
 from deployments.http.response_encoding import encode_infer_response
 from deployments.http.responses import (
@@ -66,10 +67,12 @@ class ModelHttpEndpoints:
         served: ServedModel,
         statistics: Callable[[str], Awaitable[list[dict[str, Any]]]],
         trace_setting: TraceSettingFn,
+        max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     ) -> None:
         self.served = served
         self._statistics = statistics  # the model's totals over all its replicas
         self._trace_setting = trace_setting  # the controller owns the trace settings
+        self._max_input_size = max_input_size
         self._raw_input_for: tuple[Any, RawInputSpec | None] = (None, None)
 
     def _raw_input(self) -> RawInputSpec | None:
@@ -128,10 +131,10 @@ class ModelHttpEndpoints:
 
     async def _infer(self, request: Request, version: str) -> Response:
         received_ns = time.monotonic_ns()
-        body = await request.body()
-        read_ns = time.monotonic_ns()
         trace = None
         try:
+            body = await read_body(request, self._max_input_size)
+            read_ns = time.monotonic_ns()
             infer_request = decode_infer_request(
                 body,
                 request.headers,

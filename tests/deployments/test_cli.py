@@ -283,6 +283,7 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
 """
 
 
+@pytest.mark.cluster
 def test_ctrl_c_lets_requests_in_flight_finish_over_http_and_grpc(tmp_path):
     repository = tmp_path / "repository"
     (repository / "slow" / "1").mkdir(parents=True)

@@ -14,6 +14,7 @@ import http.client
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import grpc
@@ -34,6 +35,7 @@ HTTP_CASES = 600
 # deflate): a refusal of the request, with Triton's error body, not a server fault.
 UNSUPPORTED = 501
 GRPC_CASES = 250
+MAX_INPUT_SIZE = 1024 * 1024  # --http-max-input-size, small enough to test both sides of
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,9 @@ def server(serve_cluster, tmp_path_factory):
     for name in ("batch_recorder", "bytes_identity"):
         shutil.copytree(TEST_MODELS / name, repository / name)
     grpc_port = free_port()
-    serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
+    serve_cluster.deploy_live(
+        repository, "none", grpc_port=grpc_port, http_max_input_size=MAX_INPUT_SIZE
+    )
     yield serve_cluster.http_url, f"127.0.0.1:{grpc_port}"
     serve_cluster.delete_all()
 
@@ -88,6 +92,51 @@ def test_malformed_grpc_requests_get_client_errors(server):
                 if err.code() not in CLIENT_CODES or not err.details():
                     problems.append(f"seed {seed} {applied}: {err.code()} {err.details()}")
     assert not problems, f"{len(problems)} of {GRPC_CASES}:\n" + "\n".join(problems[:20])
+    assert_still_serving(server)
+
+
+def test_the_http_input_size_limit_holds_on_both_sides(server):
+    http_url, _ = server
+    header = json.dumps(
+        {"inputs": [{"name": "IN", "shape": [4, 2], "datatype": "FP32",
+                     "parameters": {"binary_data_size": 32}}]}
+    ).encode()  # fmt: skip
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    # Just under the limit: served.
+    payload = b"x" * (MAX_INPUT_SIZE - 1024)
+    words = json.dumps(
+        {"inputs": [{"name": "IN", "shape": [1, 1], "datatype": "BYTES",
+                     "parameters": {"binary_data_size": 4 + len(payload)}}]}
+    ).encode()  # fmt: skip
+    under = words + struct.pack("<I", len(payload)) + payload
+    assert len(under) < MAX_INPUT_SIZE
+    status, reply = send_http(
+        http_url,
+        "POST",
+        "/v2/models/bytes_identity/infer",
+        {"Inference-Header-Content-Length": str(len(words))},
+        under,
+    )
+    assert status == 200, reply[:200]
+    over = header + b"\0" * (MAX_INPUT_SIZE + 1)
+    status, reply = send_http(http_url, "POST", "/v2/models/batch_recorder/infer", headers, over)
+    assert status == 400
+    assert "exceeds the maximum input size of 1048576 bytes" in json.loads(reply)["error"]
+    # A chunked body (no Content-Length) is cut off once it passes the limit.
+    connection = http.client.HTTPConnection(*http_url.split(":"), timeout=30)
+    try:
+        connection.putrequest("POST", "/v2/models/batch_recorder/infer")
+        connection.putheader("Transfer-Encoding", "chunked")
+        connection.endheaders()
+        chunk = b"\0" * 65536
+        for _ in range(MAX_INPUT_SIZE // len(chunk) + 2):
+            connection.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        connection.send(b"0\r\n\r\n")
+        response = connection.getresponse()
+        assert response.status == 400
+        assert "exceeds the maximum input size" in json.loads(response.read())["error"]
+    finally:
+        connection.close()
     assert_still_serving(server)
 
 
