@@ -72,4 +72,18 @@ def start_ray(
     dashboard = context.dashboard_url or ""
     if dashboard and not dashboard.startswith("http"):
         dashboard = f"http://{dashboard}"
-    return {"dashboard": dashboard, "address": context.address_info.get("address", "")}
+    return {
+        "dashboard": dashboard,
+        "address": context.address_info.get("address", ""),
+        "token_auth": "on" if token_auth_enabled() else "",
+    }
+
+
+def token_auth_enabled() -> bool:
+    """Whether this cluster requires Ray's token (Ray 2.60's default for a new local cluster,
+    ``RAY_AUTH_MODE=disabled`` turns it off): the dashboard and ``ray`` clients need it."""
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+    except ImportError:  # a Ray without token authentication
+        return False
+    return is_token_auth_enabled()

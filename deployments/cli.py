@@ -330,6 +330,9 @@ def _print_endpoints(
         )
     if endpoints["dashboard"]:
         print(f"  Ray dashboard:              {endpoints['dashboard']}")
+        if endpoints.get("token_auth"):
+            print(f"  {'':28s}(Ray token auth is on: the dashboard asks for the token,")
+            print(f"  {'':28s} which `ray get-auth-token` prints)")
     if endpoints["address"]:
         print(f"  Ray cluster (--address):    {endpoints['address']}")
     print("\nCtrl-C to stop.", flush=True)

@@ -222,6 +222,52 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+@pytest.mark.cluster
+def test_serve_keeps_rays_token_auth_on_and_says_how_to_open_the_dashboard(
+    example_repository, tmp_path
+):
+    """Ray 2.60's default (token auth) stays on under rayton serve: the models answer, the
+    dashboard wants the token, and the start-up table says where to get it."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    (repository / "add_sub").symlink_to(example_repository / "add_sub")
+    home = tmp_path / "home"  # Ray generates the token in ~/.ray/auth_token
+    home.mkdir()
+    env = rayton_serve_env(ray_tmp)
+    env.pop("RAY_AUTH_MODE")
+    env["HOME"] = str(home)
+    port, grpc_port = free_port(), free_port()
+    command = rayton_serve_command(repository, port, grpc_port)
+    dashboard_port = command[command.index("--dashboard-port") + 1]
+    server = start_session(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True)
+    reader.start()
+    url = f"127.0.0.1:{port}"
+    try:
+        assert wait_until(lambda: any(line.startswith("Ctrl-C") for line in lines), 240), lines
+        assert any("Ray token auth is on" in line for line in lines), lines
+        assert model_ready(url, "add_sub")
+        token = (home / ".ray" / "auth_token").read_text().strip()
+        dashboard = f"http://127.0.0.1:{dashboard_port}/api/version"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(dashboard, timeout=30)
+        assert refused.value.code in (401, 403)
+        authorized = urllib.request.Request(dashboard, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(authorized, timeout=30) as response:
+            assert response.status == 200
+        server.send_signal(signal.SIGINT)
+        server.wait(120)
+        assert wait_until(lambda: not session_pids(server.pid), 60)
+    finally:
+        for pid in session_pids(server.pid):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 def crash_answer(request: urllib.request.Request) -> tuple[int, str]:
     """(status, start of the error) of a request whose replica dies. HAProxy reloads when
     Serve's replicas change; a request that meets a reload gets its connection closed
