@@ -224,7 +224,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         print("shutting down...", flush=True)
         _drain(serve)
-        serve.shutdown()
+        if args.address:  # a cluster of others: leave it without Serve, as it was
+            serve.shutdown()
+        # A cluster of our own goes down whole with ray.shutdown; serve.shutdown first would
+        # kill the Serve controller under its own pending calls (raylet errors on a clean stop).
         import ray
 
         ray.shutdown()

@@ -227,7 +227,8 @@ def test_serve_keeps_rays_token_auth_on_and_says_how_to_open_the_dashboard(
     example_repository, tmp_path
 ):
     """Ray 2.60's default (token auth) stays on under rayton serve: the models answer, the
-    dashboard wants the token, and the start-up table says where to get it."""
+    dashboard wants the token, and the start-up table says where to get it. Ctrl-C then
+    stops it within seconds and prints no error."""
     ray_tmp = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
     repository = tmp_path / "repository"
     repository.mkdir()
@@ -241,7 +242,7 @@ def test_serve_keeps_rays_token_auth_on_and_says_how_to_open_the_dashboard(
     command = rayton_serve_command(repository, port, grpc_port)
     dashboard_port = command[command.index("--dashboard-port") + 1]
     server = start_session(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True)
@@ -259,8 +260,13 @@ def test_serve_keeps_rays_token_auth_on_and_says_how_to_open_the_dashboard(
         authorized = urllib.request.Request(dashboard, headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(authorized, timeout=30) as response:
             assert response.status == 200
+        stopping = time.monotonic()
         server.send_signal(signal.SIGINT)
         server.wait(120)
+        assert time.monotonic() - stopping < 30
+        reader.join(10)
+        shutdown = "".join(lines).split("shutting down...", 1)[1]
+        assert "rror" not in shutdown and "failed" not in shutdown, shutdown  # a clean stop
         assert wait_until(lambda: not session_pids(server.pid), 60)
     finally:
         for pid in session_pids(server.pid):
