@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 import threading
 import time
@@ -118,6 +119,28 @@ def _check_startup_models(args: argparse.Namespace) -> str:
     return ""
 
 
+def _busy_port(args: argparse.Namespace, metrics: MetricsAppArgs | None) -> str:
+    """The first endpoint port already taken on this machine, as one line naming the flag
+    ("" when all are free). Only for a cluster rayton starts here: a joined cluster's nodes
+    bind their own. Ray's dashboard moves to a free port by itself."""
+    if args.address:
+        return ""
+    wanted = [("--http-port", args.http_host, args.http_port)]
+    grpc = _grpc(args)
+    if grpc:
+        wanted.append(("--grpc-port", str(grpc["grpc_host"]), int(grpc["grpc_port"])))
+    if metrics is not None:
+        wanted.append(("--metrics-port", metrics.metrics_host, metrics.metrics_port))
+    for flag, host, port in wanted:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
+            try:
+                probe.bind((host, port))
+            except OSError as err:
+                return f"{host}:{port} is not free ({err.strerror}): choose another {flag}"
+    return ""
+
+
 def _grpc(args: argparse.Namespace) -> dict[str, object]:
     """plan_applications keywords for the gRPC endpoint (none when --grpc-port 0)."""
     if not args.grpc_port:
@@ -200,6 +223,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    busy = _busy_port(args, metrics)
+    if busy:
+        print(f"error: {busy}", file=sys.stderr)
+        return 1
     from ray import serve
     from ray.serve.api import RunTarget
 
