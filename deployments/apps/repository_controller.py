@@ -93,6 +93,10 @@ class RepositoryController:
         self._started = False
         self._unplaceable: set[str] = set()
         self._hosted: dict[str, dict] = {}  # the shared host's models (its user_config)
+        # Deploys of the host happen one at a time, each built from ``_hosted`` as it is then:
+        # two concurrent deploys (an ensemble and its member unloading together) could reach
+        # Serve in either order and leave the older model set deployed.
+        self._host_deploys = asyncio.Lock()
         self._tasks = [asyncio.get_event_loop().create_task(self._run())]
 
     # ------------------------------------------------------------------ start-up and poll
@@ -190,11 +194,7 @@ class RepositoryController:
 
     async def _apply(self, models: list[RepositoryModel], deploy: bool) -> None:
         """Deploy ``models`` together and wait for each one's outcome."""
-        from deployments.apps.builders import (
-            host_application,
-            hosted_model_entry,
-            model_application,
-        )
+        from deployments.apps.builders import hosted_model_entry, model_application
 
         nodes = await asyncio.to_thread(node_resources)
         targets, waits = [], []
@@ -221,12 +221,9 @@ class RepositoryController:
                 application = model_application(model, generation, self.spec.http_max_input_size)
                 targets.append((model.name, application, route))
             waits.append((model, generation if deploy else None, hosted))
-        if host_changed:
-            host = host_application(self._hosted, self.spec.http_max_input_size)
-            targets.append((HOST_APP_NAME, host, HOST_ROUTE_PREFIX))
-        if targets:
+        if targets or host_changed:
             try:
-                await self.apps.deploy(targets)
+                await self._deploy(targets, with_host=host_changed)
             except Exception as err:
                 logger.exception("deploying failed")
                 for model, _, _ in waits:
@@ -260,18 +257,30 @@ class RepositoryController:
             await self._remove_deployment(name, hosted=True)
 
     async def _remove_deployment(self, name: str, hosted: bool) -> None:
-        from deployments.apps.builders import host_application
-
         if not hosted:
             await self.apps.delete(name)
             await self.apps.wait_deleted(name, _UNLOAD_TIMEOUT_S)
             return
         if self._hosted.pop(name, None) is None:
             return
-        route = HOST_ROUTE_PREFIX
-        host = host_application(self._hosted, self.spec.http_max_input_size)
-        await self.apps.deploy([(HOST_APP_NAME, host, route)])
-        await self.apps.wait_unhosted(name, _UNLOAD_TIMEOUT_S)
+        await self._deploy([], with_host=True)
+        if not await self.apps.wait_unhosted(name, _UNLOAD_TIMEOUT_S):
+            logger.error(
+                "model '%s' still in the shared host %g s after its removal",
+                name,
+                _UNLOAD_TIMEOUT_S,
+            )
+
+    async def _deploy(self, targets: list[tuple[str, Any, str]], with_host: bool) -> None:
+        """Deploy ``targets`` and, ``with_host``, the shared host as ``_hosted`` is now."""
+        from deployments.apps.builders import host_application
+
+        if not with_host:
+            await self.apps.deploy(targets)
+            return
+        async with self._host_deploys:
+            host = host_application(self._hosted, self.spec.http_max_input_size)
+            await self.apps.deploy([*targets, (HOST_APP_NAME, host, HOST_ROUTE_PREFIX)])
 
     async def _unload_one(self, name: str) -> None:
         record = self.repository.records.get(name)
