@@ -27,11 +27,16 @@ from repo_adapter.inference_types import ComputeTimes, InferRequest, InferRespon
 
 @dataclass(frozen=True)
 class InstanceSpec:
-    """Where a model instance runs: Triton's instance name, kind (CPU/GPU/MODEL) and device."""
+    """Where a model instance runs: Triton's instance name, kind (CPU/GPU/MODEL) and device.
+
+    ``gpu_memory_fraction``: the share of the device's memory this instance may take (its
+    runtime's memory cap; 0: no cap), so instances packed on one GPU cannot starve each other.
+    """
 
     name: str
     kind: str = "CPU"
     device_id: int = 0
+    gpu_memory_fraction: float = 0.0
 
     @classmethod
     def cpu(cls, model_name: str) -> InstanceSpec:

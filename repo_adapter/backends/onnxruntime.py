@@ -17,6 +17,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.backends.base import InstanceSpec, ModelVersion, TensorBackend
+from repo_adapter.backends.gpu_memory import capped, device_total_bytes, memory_cap_bytes
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 
 logger = logging.getLogger(__name__)
@@ -247,29 +248,16 @@ def _providers(ort, config: mc.ModelConfig, instance: InstanceSpec) -> list:
     if instance.kind == "GPU" and "CUDAExecutionProvider" not in available:
         logger.warning("model '%s': no CUDA execution provider, running on CPU", config.name)
     elif instance.kind == "GPU":
-        # kSameAsRequested by default (Triton: kNextPowerOfTwo): replicas sharing a GPU
-        # should not reserve power-of-two arena chunks they never use.
-        cuda = {"device_id": str(instance.device_id), "arena_extend_strategy": "kSameAsRequested"}
-        for key, choices in _CUDA_CHOICES.items():
-            index = _param(config, key, int)
-            if index is not None and not 0 <= index < len(choices):
-                raise ModelConfigError(f"unsupported {key} value '{index}' is requested")
-            if index is not None:
-                cuda[key] = choices[index]
-        for key in ("gpu_mem_limit", "do_copy_in_default_stream"):
-            if key in config.parameters:
-                cuda[key] = _param(config, key)
+        cap = memory_cap_bytes(instance, device_total_bytes(instance.device_id))
         for accelerator in accelerators.gpu_execution_accelerator:
             if accelerator.name == "tensorrt" and "TensorrtExecutionProvider" in available:
-                options = _trt_options(accelerator, instance.device_id)
+                options = _trt_options(accelerator, instance.device_id, cap)
                 providers.append(("TensorrtExecutionProvider", options))
-            elif accelerator.name == "cuda":
-                cuda.update(accelerator.parameters)
-            elif accelerator.name != "tensorrt":
+            elif accelerator.name not in ("cuda", "tensorrt"):
                 raise ModelConfigError(
                     f"unknown Execution Accelerator '{accelerator.name}' is requested"
                 )
-        providers.append(("CUDAExecutionProvider", cuda))
+        providers.append(("CUDAExecutionProvider", cuda_provider_options(config, instance, cap)))
     for accelerator in accelerators.cpu_execution_accelerator:
         if accelerator.name != "openvino" or "OpenVINOExecutionProvider" not in available:
             raise ModelConfigError(
@@ -279,7 +267,33 @@ def _providers(ort, config: mc.ModelConfig, instance: InstanceSpec) -> list:
     return [*providers, "CPUExecutionProvider"]
 
 
-def _trt_options(accelerator, device_id: int) -> dict[str, str]:
+def cuda_provider_options(
+    config: mc.ModelConfig, instance: InstanceSpec, memory_cap: int | None
+) -> dict[str, str]:
+    """The CUDA execution provider's options: Triton's parameters, and ``gpu_mem_limit`` no
+    larger than the instance's share of the device (``memory_cap`` bytes; None: no share)."""
+    # kSameAsRequested by default (Triton: kNextPowerOfTwo): replicas sharing a GPU
+    # should not reserve power-of-two arena chunks they never use.
+    cuda = {"device_id": str(instance.device_id), "arena_extend_strategy": "kSameAsRequested"}
+    for key, choices in _CUDA_CHOICES.items():
+        index = _param(config, key, int)
+        if index is not None and not 0 <= index < len(choices):
+            raise ModelConfigError(f"unsupported {key} value '{index}' is requested")
+        if index is not None:
+            cuda[key] = choices[index]
+    for key in ("gpu_mem_limit", "do_copy_in_default_stream"):
+        if key in config.parameters:
+            cuda[key] = _param(config, key)
+    for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
+        if accelerator.name == "cuda":
+            cuda.update(accelerator.parameters)
+    limit = capped(cuda.get("gpu_mem_limit"), memory_cap)
+    if limit is not None:
+        cuda["gpu_mem_limit"] = limit
+    return cuda
+
+
+def _trt_options(accelerator, device_id: int, memory_cap: int | None = None) -> dict[str, str]:
     options = {"device_id": str(device_id)}
     for key, value in accelerator.parameters.items():
         if key == "precision_mode" and value in (*_TRT_PRECISIONS, "FP32"):
@@ -294,6 +308,9 @@ def _trt_options(accelerator, device_id: int) -> dict[str, str]:
             raise ModelConfigError(
                 f"unknown parameter '{key}' is provided for TensorRT Execution Accelerator"
             )
+    workspace = capped(options.get("trt_max_workspace_size"), memory_cap)
+    if workspace is not None:
+        options["trt_max_workspace_size"] = workspace
     return options
 
 

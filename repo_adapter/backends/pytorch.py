@@ -14,6 +14,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.backends.base import InstanceSpec, ModelVersion, TensorBackend
+from repo_adapter.backends.gpu_memory import torch_memory_fraction
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 
@@ -172,7 +173,11 @@ def _device(torch, model_name: str, instance: InstanceSpec):
             f"({torch.cuda.device_count()} visible)",
             StatusCode.UNAVAILABLE,
         )
-    return torch.device("cuda", instance.device_id)
+    device = torch.device("cuda", instance.device_id)
+    fraction = torch_memory_fraction(instance)
+    if fraction is not None:  # its share of a GPU other instances use too
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return device
 
 
 def _bool_param(config: mc.ModelConfig, key: str, default: bool) -> bool:

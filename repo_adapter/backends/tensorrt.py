@@ -15,6 +15,11 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.backends.base import InstanceSpec, ModelVersion, TensorBackend
+from repo_adapter.backends.gpu_memory import (
+    device_total_bytes,
+    memory_cap_bytes,
+    torch_memory_fraction,
+)
 from repo_adapter.datatypes import BF16_DTYPE
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 
@@ -118,10 +123,15 @@ class TensorRTBackend(TensorBackend):
                 StatusCode.UNAVAILABLE,
             )
         self._device = torch.device("cuda", self.instance.device_id)
+        fraction = torch_memory_fraction(self.instance)
+        if fraction is not None:  # the I/O buffers come from torch's allocator
+            torch.cuda.set_per_process_memory_fraction(fraction, self._device)
         with torch.cuda.device(self._device):
             engine = _deserialize(trt, path, self.model.name)
             infos = {info.name: info for info in _engine_infos(engine, self.model.name)}
             _validate(self.config, infos)
+            cap = memory_cap_bytes(self.instance, device_total_bytes(self.instance.device_id))
+            check_activation_memory(_activation_bytes(engine), cap, self.instance.name)
             self._context = engine.create_execution_context()
             self._stream = torch.cuda.Stream(self._device)
         self._engine, self._torch = engine, torch
@@ -188,6 +198,25 @@ def _runtime(model_name: str):
             StatusCode.UNAVAILABLE,
         )
     return tensorrt, torch
+
+
+def _activation_bytes(engine) -> int:
+    """Device memory one execution context of ``engine`` allocates (its workspace included)."""
+    size = getattr(engine, "device_memory_size_v2", None)
+    return int(size if size is not None else engine.device_memory_size)
+
+
+def check_activation_memory(needed: int, cap: int | None, instance: str) -> None:
+    """Refuse an engine whose execution context alone needs more than the instance's share of
+    the GPU (``cap`` bytes; None: no share): its neighbours' memory is not its to take."""
+    if cap is not None and needed > cap:
+        raise InferenceServerError(
+            f"instance '{instance}': the engine's execution context needs "
+            f"{needed / 2**20:.0f} MiB of device memory, more than the instance's share of the "
+            f"GPU ({cap / 2**20:.0f} MiB); lower the instance count or rebuild the engine with "
+            "a smaller workspace",
+            StatusCode.UNAVAILABLE,
+        )
 
 
 def _deserialize(trt, path: Path, model_name: str):
