@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 from cluster.haproxy_wrapper import haproxy_wrapper
 
@@ -26,6 +28,30 @@ SERVING_ENV = {"RAY_worker_niceness": "0", **REPLICA_MESSAGE_ENV}
 LOCAL_CLUSTER_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 
 
+def apply_serving_environment(
+    fast_ingress: bool = True, own_cluster: bool = True, host: str = "127.0.0.1"
+) -> None:
+    """Set (without overriding the user's) the environment Ray's processes must start with:
+    before Ray starts, so the controller, proxies and replicas inherit it.
+
+    ``own_cluster``: a cluster this process starts (also its short draining period and
+    HAProxy's listeners on ``host`` with Triton's JSON error page).
+    """
+    settings = {**SERVING_ENV, **(FAST_INGRESS_ENV if fast_ingress else {})}
+    if fast_ingress:
+        # Serve's default of 4 HAProxy threads measured ~8% slower than 1 on 2 cores, where
+        # they compete with the replicas they feed.
+        settings["RAY_SERVE_HAPROXY_NBTHREAD"] = str(max(1, min(4, (os.cpu_count() or 2) // 2)))
+    if own_cluster:
+        settings.update(LOCAL_CLUSTER_ENV)
+    for key, value in settings.items():
+        os.environ.setdefault(key, value)
+    if own_cluster and fast_ingress:
+        wrapper = haproxy_wrapper(host)
+        if wrapper:
+            os.environ.setdefault("RAY_SERVE_HAPROXY_BINARY_PATH", wrapper)
+
+
 def start_ray(
     address: str | None = None,
     host: str = "127.0.0.1",
@@ -36,28 +62,18 @@ def start_ray(
     """Join ``address`` or start a local cluster bound to ``host``; returns its endpoints."""
     import ray
 
-    settings = {**SERVING_ENV, **(FAST_INGRESS_ENV if fast_ingress else {})}
-    if fast_ingress:
-        # Serve's default of 4 HAProxy threads measured ~8% slower than 1 on 2 cores, where
-        # they compete with the replicas they feed.
-        settings["RAY_SERVE_HAPROXY_NBTHREAD"] = str(max(1, min(4, (os.cpu_count() or 2) // 2)))
-    for key, value in settings.items():
-        os.environ.setdefault(key, value)
+    apply_serving_environment(fast_ingress, own_cluster=not address, host=host)
     if address:
         # A joined cluster's workers do not inherit this environment; the job's runtime_env
         # reaches the replicas this job deploys.
-        context = ray.init(
-            address=address,
-            logging_level="WARNING",
-            runtime_env={"env_vars": dict(REPLICA_MESSAGE_ENV)},
-        )
+        with loopback_kept(address) as node_ip:
+            context = ray.init(
+                address=address,
+                _node_ip_address=node_ip,
+                logging_level="WARNING",
+                runtime_env={"env_vars": dict(REPLICA_MESSAGE_ENV)},
+            )
     else:
-        for key, value in LOCAL_CLUSTER_ENV.items():
-            os.environ.setdefault(key, value)
-        # HAProxy's stats and exporter on the serving address, Triton's JSON error page
-        wrapper = haproxy_wrapper(host) if fast_ingress else None
-        if wrapper:
-            os.environ.setdefault("RAY_SERVE_HAPROXY_BINARY_PATH", wrapper)
         # "local": always a new cluster, never one that Ray's ray_current_cluster file (left by
         # `ray start`, even a dead one) or RAY_ADDRESS points at.
         context = ray.init(
@@ -77,6 +93,32 @@ def start_ray(
         "address": context.address_info.get("address", ""),
         "token_auth": "on" if token_auth_enabled() else "",
     }
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@contextlib.contextmanager
+def loopback_kept(address: str) -> Iterator[str | None]:
+    """Join a cluster bound to loopback (``rayton cluster``) at the address given.
+
+    Ray 2.60 rewrites a loopback address to the machine's own before connecting
+    (``resolve_ip_for_localhost``), where a cluster bound to 127.0.0.1 does not listen. For a
+    loopback ``address`` the rewrite is left out while joining, and the driver's node address is
+    loopback too (the value yielded; None for any other address: Ray's defaults).
+    """
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    if host not in _LOOPBACK:
+        yield None
+        return
+    from ray._private import services
+
+    rewrite = services.resolve_ip_for_localhost
+    services.resolve_ip_for_localhost = lambda name: "127.0.0.1" if name in _LOOPBACK else name
+    try:
+        yield "127.0.0.1"
+    finally:
+        services.resolve_ip_for_localhost = rewrite
 
 
 def token_auth_enabled() -> bool:

@@ -1,21 +1,30 @@
-"""Instance groups -> Serve replicas: how many, with which Ray resources.
+"""Instance groups -> Serve deployments of replicas: how many, where, with which resources.
 
 Triton runs ``count`` instances per listed GPU (or ``count`` CPU instances); rayton runs one
-instance per replica, so a group becomes ``count * len(gpus)`` replicas. A GPU instance asks
-Ray for ``1 / count`` of a GPU: ``count: 4`` packs four replicas on each GPU, as Triton packs
-four instances. Ray cannot pin a GPU index, so ``gpus: [...]`` only sets how many GPUs the
-group spans; pin with custom resources (YAML ``ray_actor_options.resources``) when it matters.
+instance per replica. A GPU instance asks Ray for ``1 / count`` of a GPU, so ``count: 4``
+packs four replicas on each GPU as Triton packs four instances, and gets the same share of the
+device's memory as its cap (passed to its runtime).
+
+A Serve deployment has one set of resources for all its replicas, so each kind of replica is
+its own :class:`ReplicaGroup`: a CPU group, and for a GPU group one per listed GPU when the
+cluster declares per-GPU resources (``rayton_gpu_<i>``: ``rayton cluster``, the KubeRay
+manifest, or ``ray start --resources``). Ray cannot hand out a chosen GPU index; the per-GPU
+resource sends a replica to a node whose GPU ``i`` has room, and the replica makes that GPU its
+only visible device. Without those resources Ray picks each replica's GPU, and the placement
+says so (``notes``) when the config pinned GPUs. A model of one group is one deployment named
+after it; a model of several is served by a router in front of them (see
+:mod:`deployments.apps.router_deployment`).
 """
 
 from __future__ import annotations
 
-import logging
+import copy
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
-
-logger = logging.getLogger(__name__)
 
 _GROUP = mc.ModelInstanceGroup
 
@@ -28,62 +37,212 @@ DEFAULT_CPU_INSTANCE_NUM_CPUS = 0
 # requests per replica, so the cap must leave room for full batches to form.
 MIN_MAX_ONGOING_REQUESTS = 64
 ENSEMBLE_MAX_ONGOING_REQUESTS = 256
+# A router forwards every request of its model: its cap is the sum its groups can hold.
+ROUTER_MAX_ONGOING_REQUESTS = 1024
 # In-flight requests get this long to finish when a replica stops (Serve's default is 20 s).
 GRACEFUL_SHUTDOWN_TIMEOUT_S = 5
+# Front deployments that listen on a socket of their own (gRPC, metrics) run on the head node,
+# the address clients are given; Ray gives every head node this resource.
+HEAD_NODE_ACTOR_OPTIONS = {"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}}
+# Ray's resources are counted in units of 1/10000.
+_RESOURCE_PRECISION = 4
+
+
+def gpu_resource(gpu: int) -> str:
+    """The custom resource a node declares, one unit, for its GPU ``gpu``."""
+    return f"rayton_gpu_{gpu}"
+
+
+def declared_gpu_resources(nodes: Iterable[dict[str, float]]) -> set[str]:
+    """The per-GPU resources some node of the cluster declares."""
+    return {key for node in nodes for key in node if key.startswith("rayton_gpu_")}
 
 
 @dataclass
-class ReplicaPlacement:
-    """Serve deployment options for one model."""
+class ReplicaGroup:
+    """Replicas alike in kind, device and resources: one Serve deployment.
 
-    num_replicas: int
-    instance_kind: str  # "CPU" or "GPU"
+    ``name`` is the deployment's name. ``pinned_gpu`` is the GPU index every replica of the
+    group uses (None: Ray's choice); ``gpu_memory_fraction`` is each replica's share of its
+    device, the memory cap its runtime gets (0 for CPU instances).
+    """
+
+    name: str
     group_name: str
+    instance_kind: str  # "CPU" or "GPU"
+    num_replicas: int
     max_ongoing_requests: int
     ray_actor_options: dict[str, Any] = field(default_factory=dict)
+    pinned_gpu: int | None = None
+    gpu_memory_fraction: float = 0.0
+    # Serve's autoscaling_config (the model config's AUTOSCALING_CONFIG parameter): replaces
+    # the fixed count, which becomes the initial number of replicas unless it says otherwise.
+    autoscaling_config: dict[str, Any] | None = None
 
     def deployment_options(self) -> dict[str, Any]:
-        return {
-            "num_replicas": self.num_replicas,
+        options: dict[str, Any] = {
             "max_ongoing_requests": self.max_ongoing_requests,
             "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_TIMEOUT_S,
-            "ray_actor_options": dict(self.ray_actor_options),
+            "ray_actor_options": copy.deepcopy(self.ray_actor_options),
+        }
+        if self.autoscaling_config is None:
+            return {"num_replicas": self.num_replicas, **options}
+        scaling = {"initial_replicas": self.num_replicas, **self.autoscaling_config}
+        low, high = scaling.get("min_replicas", 1), scaling.get("max_replicas", 1)
+        scaling["initial_replicas"] = min(max(scaling["initial_replicas"], low), high)
+        return {"autoscaling_config": scaling, **options}
+
+
+@dataclass
+class ModelPlacement:
+    """Where a model's instances run: its replica groups, and what the cluster cannot honour."""
+
+    model: str
+    groups: list[ReplicaGroup]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def routed(self) -> bool:
+        """Whether the model needs a router in front of several deployments."""
+        return len(self.groups) > 1
+
+    @property
+    def only(self) -> ReplicaGroup:
+        """The single group of an unrouted model."""
+        assert not self.routed, self.model
+        return self.groups[0]
+
+    @property
+    def uses_gpu(self) -> bool:
+        return any(g.instance_kind == "GPU" for g in self.groups)
+
+    def router_options(self) -> dict[str, Any]:
+        """Deployment options of the router (``routed`` models only)."""
+        return {
+            "num_replicas": 1,
+            "max_ongoing_requests": ROUTER_MAX_ONGOING_REQUESTS,
+            "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_TIMEOUT_S,
+            "ray_actor_options": {"num_cpus": 0},
         }
 
 
-def placement_for(config: mc.ModelConfig) -> ReplicaPlacement:
-    """Replicas and resources for a normalised model config."""
+def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()) -> ModelPlacement:
+    """Replica groups for a normalised model config on a cluster of ``nodes`` (each node's
+    total resources; none: a cluster not known yet, as ``rayton build`` writes a config).
+
+    GPU groups are pinned where the nodes declare a per-GPU resource for each listed GPU.
+    """
+    name = config.name
     if config.platform == "ensemble":
-        return ReplicaPlacement(
-            num_replicas=1,
+        ensemble = ReplicaGroup(
+            name=name,
+            group_name=name,
             instance_kind="CPU",
-            group_name=config.name,
+            num_replicas=1,
             max_ongoing_requests=ENSEMBLE_MAX_ONGOING_REQUESTS,
             ray_actor_options={"num_cpus": 0},
         )
+        return ModelPlacement(name, [ensemble])
+    nodes = list(nodes)
+    declared = declared_gpu_resources(nodes)
+    node_gpus = int(max((n.get("GPU", 0) for n in nodes), default=0))
     groups = [g for g in config.instance_group if not g.passive] or list(config.instance_group)
-    kinds = {g.kind for g in groups}
-    if len(kinds) > 1:
-        logger.warning(
-            "model '%s' mixes instance kinds; all replicas use the first group's kind",
-            config.name,
-        )
-    first = groups[0]
-    replicas = sum(
-        g.count * (max(len(g.gpus), 1) if g.kind == _GROUP.KIND_GPU else 1) for g in groups
-    )
     max_ongoing = max(MIN_MAX_ONGOING_REQUESTS, 4 * config.max_batch_size)
-    if first.kind == _GROUP.KIND_GPU:
-        per_gpu = max(first.count, 1)
-        options = {"num_cpus": 0, "num_gpus": round(1.0 / per_gpu, 4)}
-        kind = "GPU"
+    placed: list[ReplicaGroup] = []
+    notes: list[str] = []
+    cpu: ReplicaGroup | None = None
+    for group in groups:
+        count = max(group.count, 1)
+        if group.kind != _GROUP.KIND_GPU:  # KIND_CPU, KIND_MODEL (normalisation resolved AUTO)
+            if cpu is not None:  # CPU instances are alike: one deployment holds them all
+                cpu.num_replicas += count
+                continue
+            cpu = ReplicaGroup(
+                name=group.name,
+                group_name=group.name,
+                instance_kind="CPU",
+                num_replicas=count,
+                max_ongoing_requests=max_ongoing,
+                ray_actor_options={"num_cpus": DEFAULT_CPU_INSTANCE_NUM_CPUS},
+            )
+            placed.append(cpu)
+            continue
+        share = round(1.0 / count, _RESOURCE_PRECISION)
+        gpus = list(group.gpus)
+        if gpus and all(gpu_resource(g) in declared for g in gpus):
+            for gpu in gpus:
+                placed.append(
+                    ReplicaGroup(
+                        name=f"{group.name}.gpu{gpu}",
+                        group_name=group.name,
+                        instance_kind="GPU",
+                        num_replicas=count,
+                        max_ongoing_requests=max_ongoing,
+                        ray_actor_options={
+                            "num_cpus": 0,
+                            "num_gpus": share,
+                            "resources": {gpu_resource(gpu): share},
+                        },
+                        pinned_gpu=gpu,
+                        gpu_memory_fraction=share,
+                    )
+                )
+            continue
+        if node_gpus and sorted(gpus) != list(range(node_gpus)):
+            # A subset of a node's GPUs, which only the per-GPU resources can hold to.
+            notes.append(
+                f"instance group '{group.name}' lists GPUs {gpus}, but the cluster declares "
+                f"no rayton_gpu_<i> resource for {'some of them' if declared else 'its GPUs'}: "
+                f"Ray picks the GPU of each of its {count * max(len(gpus), 1)} replicas"
+            )
+        placed.append(
+            ReplicaGroup(
+                name=group.name,
+                group_name=group.name,
+                instance_kind="GPU",
+                num_replicas=count * max(len(gpus), 1),
+                max_ongoing_requests=max_ongoing,
+                ray_actor_options={"num_cpus": 0, "num_gpus": share},
+                gpu_memory_fraction=share,
+            )
+        )
+    scaling = autoscaling_config(config)
+    for group in placed:
+        group.autoscaling_config = scaling
+    if len(placed) == 1:  # one deployment: named after the model, as YAML overrides expect
+        placed[0].name = name
     else:
-        options = {"num_cpus": DEFAULT_CPU_INSTANCE_NUM_CPUS}
-        kind = "CPU"
-    return ReplicaPlacement(
-        num_replicas=max(replicas, 1),
-        instance_kind=kind,
-        group_name=first.name,
-        max_ongoing_requests=max_ongoing,
-        ray_actor_options=options,
-    )
+        for group in placed:
+            group.name = f"{name}.{group.name}"
+    return ModelPlacement(name, placed, notes)
+
+
+AUTOSCALING_PARAMETER = "AUTOSCALING_CONFIG"
+
+
+def autoscaling_config(config: mc.ModelConfig) -> dict[str, Any] | None:
+    """Serve's ``autoscaling_config`` from the model config's ``AUTOSCALING_CONFIG`` parameter
+    (a JSON object of Serve's fields), checked by Serve's own schema; None when not set.
+
+    Raises :class:`ValueError` with the reason for a value Serve would refuse.
+    """
+    if AUTOSCALING_PARAMETER not in config.parameters:
+        return None
+    text = config.parameters[AUTOSCALING_PARAMETER].string_value
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"parameter '{AUTOSCALING_PARAMETER}' is not JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"parameter '{AUTOSCALING_PARAMETER}' must be a JSON object")
+    from pydantic import ValidationError
+    from ray.serve.config import AutoscalingConfig
+
+    try:
+        AutoscalingConfig.model_validate(value)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in err.errors()
+        )
+        raise ValueError(f"parameter '{AUTOSCALING_PARAMETER}': {problems}") from None
+    return value

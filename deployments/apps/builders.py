@@ -1,14 +1,17 @@
 """A Triton repository as Serve applications: one per model, plus the server application.
 
-Each model gets an application with route prefix ``/v2/models/<name>`` whose single
-deployment is named after the model, so the proxy routes its requests straight to its
-replicas and YAML ``deployments:`` overrides work by model name. With a gRPC port, the
+Each model gets an application with route prefix ``/v2/models/<name>`` whose ingress
+deployment is named after the model, so YAML ``deployments:`` overrides work by model name:
+its one deployment, which the proxy routes requests straight to, or (a model whose instance
+groups need different resources) its router in front of a deployment per replica group
+(``<model>.<group>[.gpu<i>]``, see :mod:`cluster.placement`). With a gRPC port, the
 ``rayton-grpc`` application (no HTTP route) serves Triton's gRPC protocol. The builder
 functions named by ``import_path`` are the targets of ``serve_config.yaml``.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 from dataclasses import dataclass, field
@@ -18,8 +21,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from ray.serve import Application
 
-from cluster.placement import GRACEFUL_SHUTDOWN_TIMEOUT_S, placement_for
-from cluster.resources import cluster_gpu_ids
+from cluster.placement import (
+    GRACEFUL_SHUTDOWN_TIMEOUT_S,
+    HEAD_NODE_ACTOR_OPTIONS,
+    ModelPlacement,
+    ReplicaGroup,
+    placement_for,
+)
+from cluster.resources import cluster_gpu_ids, node_resources
 from deployments.apps.ensemble_deployment import EnsembleSpec, TritonEnsemble
 from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME, TritonGrpcServer
 from deployments.apps.host_deployment import HOST_DEPLOYMENT_NAME, TritonModelHost, hosted_entry
@@ -31,6 +40,7 @@ from deployments.apps.metrics_deployment import (
 from deployments.apps.model_deployment import ModelSpec, TritonModel
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
 from deployments.apps.repository_controller import RepositoryController
+from deployments.apps.router_deployment import RouterSpec, TritonModelRouter
 from deployments.apps.server_args import ServerAppArgs
 from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME, TritonServer
 from deployments.core.server_core import SERVER_VERSION
@@ -73,20 +83,15 @@ class GrpcAppArgs(BaseModel):
 class AppPlan:
     """One Serve application to deploy.
 
-    ``route_prefix`` None: no HTTP route (the gRPC application). ``deployment`` names the
-    application's deployment when it is not the application name.
+    ``route_prefix`` None: no HTTP route (the gRPC application).
     """
 
     name: str
     route_prefix: str | None
     import_path: str
     args: dict[str, Any]
-    deployment_options: dict[str, Any] = field(default_factory=dict)
-    deployment: str = ""
-
-    @property
-    def deployment_name(self) -> str:
-        return self.deployment or self.name
+    # Each deployment's options, with its "name" (YAML ``deployments:`` entries)
+    deployments: list[dict[str, Any]] = field(default_factory=list)
 
     def build(self) -> Application:
         """The application, from the builder ``import_path`` names (as ``serve run`` does)."""
@@ -99,12 +104,32 @@ def model_route_prefix(model: str) -> str:
 
 
 def scan_for_serving(
-    repository: str | Path, models: list[str] | None = None
+    repository: str | Path, models: list[str] | None = None, gpu_ids: list[int] | None = None
 ) -> dict[str, RepositoryModel]:
-    """Each model of the repository (or of ``models``) as a load would scan it."""
-    live = LiveRepository(repository, cluster_gpu_ids())
+    """Each model of the repository (or of ``models``) as a load would scan it, against the
+    GPUs ``gpu_ids`` (None: those of the connected cluster)."""
+    live = LiveRepository(repository, cluster_gpu_ids() if gpu_ids is None else gpu_ids)
     names = [n for n in live.model_names() if models is None or n in models]
     return {name: live.plan_load(name).models[-1] for name in names}
+
+
+def _front_deployment(name: str) -> dict[str, Any]:
+    on_head = name in (GRPC_DEPLOYMENT_NAME, METRICS_DEPLOYMENT_NAME)
+    options = HEAD_NODE_ACTOR_OPTIONS if on_head else {"num_cpus": 0}
+    return {"name": name, "num_replicas": 1, "ray_actor_options": copy.deepcopy(options)}
+
+
+def model_deployments(placement: ModelPlacement) -> list[dict[str, Any]]:
+    """A model application's deployments as YAML ``deployments:`` entries: its one
+    deployment, or its router and then a deployment per replica group."""
+    groups = [
+        {"name": g.name, **g.deployment_options(), "max_surge_percent": SURGE_PERCENT}
+        for g in placement.groups
+    ]
+    if not placement.routed:
+        return groups
+    router = {"name": placement.model, **placement.router_options()}
+    return [router, *groups]
 
 
 def front_applications(
@@ -121,8 +146,7 @@ def front_applications(
             route_prefix="/",
             import_path=SERVER_APP_IMPORT_PATH,
             args=server_args.model_dump(exclude_defaults=True),
-            deployment_options={"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
-            deployment=SERVER_DEPLOYMENT_NAME,
+            deployments=[_front_deployment(SERVER_DEPLOYMENT_NAME)],
         )
     ]
     if grpc_port is not None:
@@ -134,8 +158,7 @@ def front_applications(
                 import_path=GRPC_APP_IMPORT_PATH,
                 args={"grpc_host": grpc_host, "grpc_port": grpc_port},
                 # One replica per cluster for now; see deployments/apps/grpc_deployment.py.
-                deployment_options={"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
-                deployment=GRPC_DEPLOYMENT_NAME,
+                deployments=[_front_deployment(GRPC_DEPLOYMENT_NAME)],
             )
         )
     if metrics is not None:
@@ -147,8 +170,7 @@ def front_applications(
                 # Host and port always written out, as for gRPC.
                 args=metrics.model_dump(exclude_defaults=True)
                 | {"metrics_host": metrics.metrics_host, "metrics_port": metrics.metrics_port},
-                deployment_options={"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
-                deployment=METRICS_DEPLOYMENT_NAME,
+                deployments=[_front_deployment(METRICS_DEPLOYMENT_NAME)],
             )
         )
     return front
@@ -161,14 +183,28 @@ def plan_applications(
     grpc_host: str = "127.0.0.1",
     metrics: MetricsAppArgs | None = None,
     http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+    nodes: list[dict[str, float]] | None = None,
 ) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
-    """A Serve config's applications: the front ones, then one per available model."""
-    scanned = scan_for_serving(repository, models)
+    """A Serve config's applications: the front ones, then one per available model.
+
+    ``nodes``: the resources of the nodes it will run on (None: the connected cluster's, if
+    any), for the models' placement and the GPUs their configs may name.
+    """
+    if nodes is None:
+        nodes = node_resources()
+        gpu_ids = None
+    else:
+        gpu_ids = list(range(int(max((n.get("GPU", 0) for n in nodes), default=0))))
+    scanned = scan_for_serving(repository, models, gpu_ids)
     plans = []
     for name, model in scanned.items():
         if not model.available:
             continue
-        placement = placement_for(model.config)
+        try:
+            placement = placement_for(model.config, nodes)
+        except ValueError as err:  # a placement parameter Serve would refuse
+            model.error = f"model '{name}': {err}"
+            continue
         args: dict[str, Any] = {"model_repository": str(repository), "model": name}
         if http_max_input_size != DEFAULT_MAX_INPUT_SIZE:  # the default stays implicit
             args["http_max_input_size"] = http_max_input_size
@@ -178,8 +214,7 @@ def plan_applications(
                 route_prefix=model_route_prefix(name),
                 import_path=MODEL_APP_IMPORT_PATH,
                 args=args,
-                deployment_options=placement.deployment_options()
-                | {"max_surge_percent": SURGE_PERCENT},
+                deployments=model_deployments(placement),
             )
         )
     server_args = ServerAppArgs(model_repository=str(repository), models=models)
@@ -200,19 +235,70 @@ HOST_MAX_ONGOING_REQUESTS = 1024
 
 
 def model_application(
-    model: RepositoryModel, generation: str = "", max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+    model: RepositoryModel,
+    generation: str = "",
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+    nodes: list[dict[str, float]] | None = None,
 ) -> Application:
-    """The Serve application of one scanned, available model (single model or ensemble)."""
-    placement = placement_for(model.config)
-    options = placement.deployment_options() | {"max_surge_percent": SURGE_PERCENT}
-    spec = _spec(model, generation)
-    deployment_class = TritonEnsemble if model.is_ensemble else TritonModel
-    deployment = deployment_class.options(
-        name=model.name, user_config=spec.to_user_config(), **options
+    """The Serve application of one scanned, available model (single model or ensemble) on a
+    cluster of ``nodes`` (:func:`cluster.resources.node_resources`; None: ask Ray)."""
+    try:
+        placement = placement_for(model.config, node_resources() if nodes is None else nodes)
+    except ValueError as err:
+        raise InferenceServerError(f"model '{model.name}': {err}") from None
+    if model.is_ensemble:
+        spec = _spec(model, generation)
+        return _versioned(
+            TritonEnsemble.options(
+                name=model.name, user_config=spec.to_user_config(), **_options(placement.only)
+            )
+        ).bind(model.name, max_input_size)
+    groups = {
+        group.name: _versioned(
+            TritonModel.options(
+                name=group.name,
+                user_config=_model_spec(model, group, generation).to_user_config(),
+                **_options(group),
+            )
+        ).bind(model.name, max_input_size)
+        for group in placement.groups
+    }
+    if not placement.routed:
+        return groups[model.name]
+    assert model.config is not None
+    router_spec = RouterSpec(
+        model.name,
+        model.config.SerializeToString(),
+        list(model.versions),
+        {g.name: g.num_replicas for g in placement.groups},
+        generation,
     )
+    router = TritonModelRouter.options(
+        name=model.name, user_config=router_spec.to_user_config(), **placement.router_options()
+    )
+    # The groups are bound as arguments so Serve deploys them in this application.
+    return _versioned(router).bind(model.name, max_input_size, *groups.values())
+
+
+def _options(group: ReplicaGroup) -> dict[str, Any]:
+    return group.deployment_options() | {"max_surge_percent": SURGE_PERCENT}
+
+
+def _versioned(deployment: Any) -> Any:
     if hasattr(deployment, "_version"):  # private: see MODEL_CODE_VERSION
         deployment._version = MODEL_CODE_VERSION
-    return deployment.bind(model.name, max_input_size)
+    return deployment
+
+
+def _model_spec(model: RepositoryModel, group: ReplicaGroup, generation: str) -> ModelSpec:
+    return ModelSpec.from_repository_model(
+        model,
+        group.instance_kind,
+        group.group_name,
+        generation,
+        pinned_gpu=group.pinned_gpu,
+        gpu_memory_fraction=group.gpu_memory_fraction,
+    )
 
 
 def _spec(model: RepositoryModel, generation: str) -> ModelSpec | EnsembleSpec:
@@ -220,10 +306,8 @@ def _spec(model: RepositoryModel, generation: str) -> ModelSpec | EnsembleSpec:
         return EnsembleSpec(
             model.name, model.config.SerializeToString(), model.versions, model.labels, generation
         )
-    placement = placement_for(model.config)
-    return ModelSpec.from_repository_model(
-        model, placement.instance_kind, placement.group_name, generation
-    )
+    # Hosted models run on CPU in the host's process: their first group names the instances.
+    return _model_spec(model, placement_for(model.config).groups[0], generation)
 
 
 def hosted_model_entry(model: RepositoryModel, generation: str) -> dict[str, Any]:
@@ -244,9 +328,7 @@ def host_application(
         max_surge_percent=SURGE_PERCENT,
         ray_actor_options={"num_cpus": 0},
     )
-    if hasattr(deployment, "_version"):  # private: see MODEL_CODE_VERSION
-        deployment._version = MODEL_CODE_VERSION
-    return deployment.bind(max_input_size)
+    return _versioned(deployment).bind(max_input_size)
 
 
 def build_model_app(args: ModelAppArgs) -> Application:
@@ -275,7 +357,9 @@ def build_metrics_app(args: MetricsAppArgs) -> Application:
     if isinstance(args, dict):
         args = MetricsAppArgs.model_validate(args)
     return TritonMetrics.options(
-        name=METRICS_DEPLOYMENT_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}
+        name=METRICS_DEPLOYMENT_NAME,
+        num_replicas=1,
+        ray_actor_options=copy.deepcopy(HEAD_NODE_ACTOR_OPTIONS),
     ).bind(args.model_dump())
 
 
@@ -285,5 +369,7 @@ def build_grpc_app(args: GrpcAppArgs) -> Application:
         args = GrpcAppArgs.model_validate(args)
     spec = GrpcSpec(host=args.grpc_host, port=args.grpc_port)
     return TritonGrpcServer.options(
-        name=GRPC_DEPLOYMENT_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}
+        name=GRPC_DEPLOYMENT_NAME,
+        num_replicas=1,
+        ray_actor_options=copy.deepcopy(HEAD_NODE_ACTOR_OPTIONS),
     ).bind(spec)

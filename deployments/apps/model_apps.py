@@ -87,10 +87,13 @@ class ServeModelApps:
                 messages.append(deployment.message)
         return str(getattr(app.status, "value", app.status)), " ".join(messages)
 
-    async def slot_statuses(self, name: str) -> list[dict[str, Any]]:
-        """Every replica's :meth:`ServedModelDeployment.slot_status` (empty if unreachable)."""
+    async def slot_statuses(self, name: str, deployment: str = "") -> list[dict[str, Any]]:
+        """Every replica's :meth:`ServedModelDeployment.slot_status` of application ``name``'s
+        ``deployment`` (default: the one named after it); empty if unreachable."""
         try:
-            handle: DeploymentHandle = serve.get_deployment_handle(name, app_name=name)
+            handle: DeploymentHandle = serve.get_deployment_handle(
+                deployment or name, app_name=name
+            )
             return await handle.broadcast("slot_status").results_async(timeout_s=_STATUS_TIMEOUT_S)
         except Exception as err:  # replicas starting or stopping
             logger.debug("no slot status from '%s': %s", name, err)
@@ -113,11 +116,18 @@ class ServeModelApps:
             return []
 
     async def wait_loaded(
-        self, name: str, generation: str | None, timeout_s: float, hosted: bool = False
+        self,
+        name: str,
+        generation: str | None,
+        timeout_s: float,
+        hosted: bool = False,
+        groups: list[str] | None = None,
     ) -> LoadOutcome:
         """Wait until every replica serves ``generation`` of ``name`` (None: any) or fails.
 
         ``hosted``: ``name`` is a model of the shared host, whose replicas are checked.
+        ``groups``: the deployments of a routed model's replica groups: their replicas load
+        the model, and the router (named after it) must have seen them ready.
         """
         app = HOST_APP_NAME if hosted else name
         deadline = time.monotonic() + timeout_s
@@ -127,16 +137,33 @@ class ServeModelApps:
             if status in _FAILED:
                 return LoadOutcome(False, {}, message or f"application {status}")
             if status == "RUNNING":
-                replicas = await (
-                    self.hosted_statuses(name) if hosted else self.slot_statuses(name)
-                )
-                outcome = _settled(replicas, generation)
+                if groups:
+                    outcome = await self._routed_outcome(name, groups, generation)
+                else:
+                    replicas = await (
+                        self.hosted_statuses(name) if hosted else self.slot_statuses(name)
+                    )
+                    outcome = _settled(replicas, generation)
                 if outcome is not None:
                     return outcome
             await asyncio.sleep(_POLL_S)
         return LoadOutcome(
             False, {}, f"not ready after {timeout_s:g} s" + (f": {message}" if message else "")
         )
+
+    async def _routed_outcome(
+        self, name: str, groups: list[str], generation: str | None
+    ) -> LoadOutcome | None:
+        per_group = await asyncio.gather(*(self.slot_statuses(name, g) for g in groups))
+        if not all(per_group):
+            return None
+        outcome = _settled([r for replicas in per_group for r in replicas], generation)
+        if outcome is None or not outcome.ok:
+            return outcome
+        routers = await self.slot_statuses(name)
+        if not routers or any(_states(r["versions"]) != _states(outcome.versions) for r in routers):
+            return None  # the router has not seen its groups ready yet
+        return outcome
 
     async def wait_unhosted(self, name: str, timeout_s: float) -> bool:
         """Wait until no replica of the shared host has ``name`` any more."""
@@ -155,6 +182,10 @@ class ServeModelApps:
                 return True
             await asyncio.sleep(_POLL_S)
         return False
+
+
+def _states(versions: dict[str, dict[str, str]]) -> dict[str, str]:
+    return {v: s["state"] for v, s in versions.items()}
 
 
 def _settled(replicas: list[dict[str, Any] | None], generation: str | None) -> LoadOutcome | None:

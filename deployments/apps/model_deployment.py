@@ -14,6 +14,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -170,10 +171,18 @@ class ModelSpec:
     instance_kind: str = "CPU"
     group_name: str = ""
     generation: str = ""  # the repository's fingerprint of what this spec loads
+    pinned_gpu: int | None = None  # the GPU index of the node this replica must use
+    gpu_memory_fraction: float = 0.0  # its share of the GPU's memory (0: no cap)
 
     @classmethod
     def from_repository_model(
-        cls, model: RepositoryModel, instance_kind: str, group_name: str, generation: str = ""
+        cls,
+        model: RepositoryModel,
+        instance_kind: str,
+        group_name: str,
+        generation: str = "",
+        pinned_gpu: int | None = None,
+        gpu_memory_fraction: float = 0.0,
     ) -> ModelSpec:
         assert model.config is not None
         return cls(
@@ -185,6 +194,8 @@ class ModelSpec:
             instance_kind=instance_kind,
             group_name=group_name or model.name,
             generation=generation,
+            pinned_gpu=pinned_gpu,
+            gpu_memory_fraction=gpu_memory_fraction,
         )
 
     def to_user_config(self) -> dict[str, Any]:
@@ -201,12 +212,21 @@ class ModelSpec:
 
 
 def _instance(spec: ModelSpec) -> InstanceSpec:
-    """This replica's model instance: named after its group and replica rank."""
+    """This replica's model instance: named after its group and replica rank.
+
+    Its GPU is always device 0: Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPU it gave the
+    replica, and a pinned replica makes its pinned GPU the only visible one (before any
+    runtime initialises CUDA), as Ray cannot hand out a chosen index (see cluster/placement.py).
+    """
     context = serve.get_replica_context()
     index = context.rank.rank if context.rank is not None else 0
-    device = 0  # Ray sets CUDA_VISIBLE_DEVICES to the replica's GPU: it is always device 0
+    if spec.instance_kind == "GPU" and spec.pinned_gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.pinned_gpu)
     return InstanceSpec(
-        name=f"{spec.group_name}_{index}", kind=spec.instance_kind, device_id=device
+        name=f"{spec.group_name}_{index}",
+        kind=spec.instance_kind,
+        device_id=0,
+        gpu_memory_fraction=spec.gpu_memory_fraction,
     )
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from ray import serve
 
-from cluster.placement import placement_for
+from cluster.placement import ModelPlacement, placement_for
 from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
 from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME
 from deployments.apps.handles import broadcast
@@ -93,6 +93,7 @@ class RepositoryController:
         self._started = False
         self._unplaceable: set[str] = set()
         self._hosted: dict[str, dict] = {}  # the shared host's models (its user_config)
+        self._placements: dict[str, ModelPlacement] = {}  # as each model was last deployed
         # Deploys of the host happen one at a time, each built from ``_hosted`` as it is then:
         # two concurrent deploys (an ensemble and its member unloading together) could reach
         # Serve in either order and leave the older model set deployed.
@@ -184,13 +185,12 @@ class RepositoryController:
 
     # ------------------------------------------------------------------ applying changes
 
-    def _hosts(self, model: RepositoryModel) -> bool:
-        """Whether ``model`` runs in the shared host (a CPU model, when sharing is on)."""
+    def _hosts(self, placement: ModelPlacement) -> bool:
+        """Whether a model placed so runs in the shared host (a CPU model with a fixed count,
+        when sharing is on): a GPU or autoscaled model needs deployments of its own."""
         if not (self.spec.deploy_models and self.spec.cpu_models == "shared"):
             return False
-        placement = placement_for(model.config)
-        options = placement.ray_actor_options
-        return placement.instance_kind == "CPU" and not options.get("num_gpus")
+        return not placement.uses_gpu and placement.groups[0].autoscaling_config is None
 
     async def _apply(self, models: list[RepositoryModel], deploy: bool) -> None:
         """Deploy ``models`` together and wait for each one's outcome."""
@@ -206,20 +206,34 @@ class RepositoryController:
                     self._unplaceable.add(model.name)
                 self.repository.load_failed(model.name, model.error)
                 continue
-            reason = unplaceable_reason(placement_for(model.config).ray_actor_options, nodes)
+            try:
+                placement = placement_for(model.config, nodes)
+            except ValueError as err:  # a placement parameter Serve would refuse
+                self.repository.load_failed(model.name, f"model '{model.name}': {err}")
+                continue
+            reason = next(
+                filter(
+                    None, (unplaceable_reason(g.ray_actor_options, nodes) for g in placement.groups)
+                ),
+                "",
+            )
             if reason:
                 self._unplaceable.add(model.name)
                 self.repository.load_failed(model.name, reason)
                 continue
             self._unplaceable.discard(model.name)
-            hosted = deploy and self._hosts(model)
+            hosted = deploy and self._hosts(placement)
             if hosted:
                 self._hosted[model.name] = hosted_model_entry(model, generation)
                 host_changed = True
             elif deploy:
                 route = f"/v2/models/{model.name}"
-                application = model_application(model, generation, self.spec.http_max_input_size)
+                application = model_application(
+                    model, generation, self.spec.http_max_input_size, nodes
+                )
                 targets.append((model.name, application, route))
+            if deploy:
+                self._placements[model.name] = placement
             waits.append((model, generation if deploy else None, hosted))
         if targets or host_changed:
             try:
@@ -234,11 +248,14 @@ class RepositoryController:
     async def _settle(self, model: RepositoryModel, generation: str | None, hosted: bool) -> None:
         record = self.repository.records[model.name]
         was_serving = record.served is not None
+        placement = self._placements.get(model.name)
+        groups = [g.name for g in placement.groups] if placement and placement.routed else []
         outcome: LoadOutcome = await self.apps.wait_loaded(
-            model.name, generation, self.spec.model_load_timeout_secs, hosted=hosted
+            model.name, generation, self.spec.model_load_timeout_secs, hosted, groups
         )
         if outcome.ok and _any_ready(outcome.versions):
-            self.repository.load_succeeded(model.name, generation or "", outcome.versions)
+            versions = _with_notes(outcome.versions, placement.notes if placement else [])
+            self.repository.load_succeeded(model.name, generation or "", versions)
             await self._drop_other_home(model.name, hosted)
             return
         reason = outcome.reason or _version_reasons(outcome.versions)
@@ -257,6 +274,7 @@ class RepositoryController:
             await self._remove_deployment(name, hosted=True)
 
     async def _remove_deployment(self, name: str, hosted: bool) -> None:
+        self._placements.pop(name, None)
         if not hosted:
             await self.apps.delete(name)
             await self.apps.wait_deleted(name, _UNLOAD_TIMEOUT_S)
@@ -409,7 +427,14 @@ class RepositoryController:
         """``(deployment, application)`` of every served model's replicas: each model with a
         deployment of its own (named after it), and the shared host when it runs some."""
         served = self.repository.served_names()
-        targets = [(name, name) for name in served if name not in self._hosted]
+        targets = []
+        for name in served:
+            if name in self._hosted:
+                continue
+            targets.append((name, name))
+            placement = self._placements.get(name)
+            if placement is not None and placement.routed:  # the router, then its groups
+                targets += [(group.name, name) for group in placement.groups]
         if self._hosted:
             targets.append((HOST_DEPLOYMENT_NAME, HOST_APP_NAME))
         return targets
@@ -428,6 +453,18 @@ class RepositoryController:
     def started(self) -> bool:
         """Whether the start-up loads all finished (each model READY or UNAVAILABLE)."""
         return self._started
+
+
+def _with_notes(versions: dict[str, dict[str, str]], notes: list[str]) -> dict[str, dict[str, str]]:
+    """Version states with what the cluster could not honour in a ready version's reason (the
+    index shows it; Triton leaves a ready version's reason empty)."""
+    if not notes:
+        return versions
+    note = "; ".join(notes)
+    return {
+        v: dict(s, reason=s["reason"] or note) if s["state"] == "READY" else s
+        for v, s in versions.items()
+    }
 
 
 def _any_ready(versions: dict[str, dict[str, str]]) -> bool:

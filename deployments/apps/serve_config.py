@@ -31,8 +31,8 @@ def serve_config(
             # Every replica of every application: tensors over 4 MiB between replicas.
             "runtime_env": {"env_vars": dict(REPLICA_MESSAGE_ENV)},
         }
-        if plan.deployment_options:
-            app["deployments"] = [{"name": plan.deployment_name, **plan.deployment_options}]
+        if plan.deployments:
+            app["deployments"] = [dict(d) for d in plan.deployments]
         applications.append(app)
     return {
         "proxy_location": proxy_location,

@@ -149,6 +149,11 @@ class ModelSlot:
     # ------------------------------------------------------------------ ServedModel
 
     @property
+    def serving(self) -> ServedModel | None:
+        """The model serving now (None before the first load)."""
+        return self._model
+
+    @property
     def model(self) -> ServedModel:
         if self._model is None:
             raise InferenceServerError(

@@ -1,45 +1,182 @@
-"""Instance groups -> Serve replicas and Ray resources."""
+"""Instance groups -> replica groups (Serve deployments) and Ray resources."""
 
 from __future__ import annotations
+
+import pytest
 
 from cluster.placement import (
     DEFAULT_CPU_INSTANCE_NUM_CPUS,
     ENSEMBLE_MAX_ONGOING_REQUESTS,
     MIN_MAX_ONGOING_REQUESTS,
+    declared_gpu_resources,
+    gpu_resource,
     placement_for,
 )
 from repo_adapter.config import normalize_config, parse_config_text
 
+# Two nodes with two GPUs each, declaring the per-GPU resources (as `rayton cluster` does).
+PINNABLE = [
+    {"CPU": 4, "GPU": 2, gpu_resource(0): 1, gpu_resource(1): 1},
+    {"CPU": 4, "GPU": 2, gpu_resource(0): 1, gpu_resource(1): 1},
+]
+# The same GPUs without the per-GPU resources (a plain `ray start --num-gpus 2`).
+UNPINNABLE = [{"CPU": 4, "GPU": 2}, {"CPU": 4, "GPU": 2}]
 
-def config(text: str):
-    parsed = parse_config_text('name: "m" backend: "python" ' + text, "test")
+
+def config(text: str, name: str = "m"):
+    parsed = parse_config_text(f'name: "{name}" backend: "python" ' + text, "test")
     normalize_config(parsed, gpu_ids=[0, 1])
     return parsed
 
 
 def test_cpu_group_count_becomes_replicas():
     placement = placement_for(config("instance_group [ { kind: KIND_CPU count: 3 } ]"))
-    assert placement.num_replicas == 3 and placement.instance_kind == "CPU"
-    assert placement.ray_actor_options == {"num_cpus": DEFAULT_CPU_INSTANCE_NUM_CPUS}
-    assert placement.max_ongoing_requests == MIN_MAX_ONGOING_REQUESTS
+    assert not placement.routed and not placement.uses_gpu
+    group = placement.only
+    assert group.name == "m" and group.num_replicas == 3 and group.instance_kind == "CPU"
+    assert group.ray_actor_options == {"num_cpus": DEFAULT_CPU_INSTANCE_NUM_CPUS}
+    assert group.max_ongoing_requests == MIN_MAX_ONGOING_REQUESTS
+    assert group.gpu_memory_fraction == 0 and group.pinned_gpu is None
 
 
-def test_gpu_group_packs_count_replicas_per_listed_gpu():
+def test_gpu_group_packs_count_replicas_per_gpu_when_gpus_cannot_be_pinned():
     placement = placement_for(
-        config("instance_group [ { kind: KIND_GPU count: 4 gpus: [ 0, 1 ] } ]")
+        config("instance_group [ { kind: KIND_GPU count: 4 gpus: [ 0, 1 ] } ]"), UNPINNABLE
     )
-    assert placement.num_replicas == 8 and placement.instance_kind == "GPU"
-    assert placement.ray_actor_options == {"num_cpus": 0, "num_gpus": 0.25}
+    group = placement.only
+    assert group.num_replicas == 8 and group.instance_kind == "GPU"
+    assert group.ray_actor_options == {"num_cpus": 0, "num_gpus": 0.25}
+    assert group.gpu_memory_fraction == 0.25
+    assert placement.notes == []  # every GPU of a node: nothing to pin
+
+
+def test_gpu_group_is_a_deployment_per_pinned_gpu():
+    placement = placement_for(
+        config("instance_group [ { name: 'g' kind: KIND_GPU count: 2 gpus: [ 0, 1 ] } ]"),
+        PINNABLE,
+    )
+    assert placement.routed and placement.notes == []
+    assert [g.name for g in placement.groups] == ["m.g.gpu0", "m.g.gpu1"]
+    for gpu, group in enumerate(placement.groups):
+        assert group.pinned_gpu == gpu and group.num_replicas == 2
+        assert group.group_name == "g"
+        assert group.ray_actor_options == {
+            "num_cpus": 0,
+            "num_gpus": 0.5,
+            "resources": {f"rayton_gpu_{gpu}": 0.5},
+        }
+        assert group.gpu_memory_fraction == 0.5
+
+
+def test_one_pinned_gpu_is_one_deployment_named_after_the_model():
+    placement = placement_for(
+        config("instance_group [ { kind: KIND_GPU count: 3 gpus: [ 1 ] } ]"), PINNABLE
+    )
+    group = placement.only
+    assert group.name == "m" and group.pinned_gpu == 1 and group.num_replicas == 3
+    assert group.ray_actor_options["resources"] == {"rayton_gpu_1": 0.3333}
+
+
+def test_a_subset_of_gpus_that_cannot_be_pinned_is_said():
+    placement = placement_for(
+        config("instance_group [ { name: 'g' kind: KIND_GPU count: 1 gpus: [ 1 ] } ]"),
+        UNPINNABLE,
+    )
+    assert placement.only.pinned_gpu is None
+    assert placement.notes == [
+        "instance group 'g' lists GPUs [1], but the cluster declares no rayton_gpu_<i> "
+        "resource for its GPUs: Ray picks the GPU of each of its 1 replicas"
+    ]
+
+
+def test_cpu_and_gpu_groups_are_routed_groups_of_their_own():
+    placement = placement_for(
+        config(
+            "instance_group [ { name: 'c' kind: KIND_CPU count: 2 },"
+            " { name: 'g' kind: KIND_GPU count: 1 gpus: [ 0 ] } ]"
+        ),
+        PINNABLE,
+    )
+    assert placement.routed and placement.uses_gpu
+    cpu, gpu = placement.groups
+    assert (cpu.name, cpu.instance_kind, cpu.num_replicas) == ("m.c", "CPU", 2)
+    assert (gpu.name, gpu.instance_kind, gpu.pinned_gpu) == ("m.g.gpu0", "GPU", 0)
+    assert placement.router_options()["ray_actor_options"] == {"num_cpus": 0}
+
+
+def test_empty_gpus_means_every_gpu():
+    placement = placement_for(config("instance_group [ { kind: KIND_GPU count: 1 } ]"), PINNABLE)
+    assert [g.pinned_gpu for g in placement.groups] == [0, 1]
+
+
+def test_cpu_groups_share_one_deployment():
+    placement = placement_for(
+        config(
+            "instance_group [ { name: 'a' kind: KIND_CPU count: 2 },"
+            " { name: 'b' kind: KIND_MODEL count: 3 } ]"
+        )
+    )
+    assert placement.only.num_replicas == 5 and placement.only.group_name == "a"
+
+
+def test_passive_groups_get_no_replicas():
+    placement = placement_for(
+        config(
+            "instance_group [ { name: 'a' kind: KIND_CPU count: 2 },"
+            " { name: 'p' kind: KIND_CPU count: 5 passive: true } ]"
+        )
+    )
+    assert placement.only.num_replicas == 2
+
+
+def test_declared_gpu_resources_are_read_from_every_node():
+    nodes = [{"CPU": 1}, {"GPU": 1, gpu_resource(0): 1}, {"GPU": 2, gpu_resource(1): 1}]
+    assert declared_gpu_resources(nodes) == {"rayton_gpu_0", "rayton_gpu_1"}
 
 
 def test_large_batches_raise_the_in_flight_cap():
     placement = placement_for(config("max_batch_size: 64 instance_group [ { count: 1 } ]"))
-    assert placement.max_ongoing_requests == 4 * 64
+    assert placement.only.max_ongoing_requests == 4 * 64
 
 
 def test_ensembles_take_no_cpu():
     placement = placement_for(config('platform: "ensemble"'))
-    assert placement.num_replicas == 1
-    assert placement.ray_actor_options == {"num_cpus": 0}
-    assert placement.max_ongoing_requests == ENSEMBLE_MAX_ONGOING_REQUESTS
-    assert placement.deployment_options()["num_replicas"] == 1
+    group = placement.only
+    assert group.num_replicas == 1
+    assert group.ray_actor_options == {"num_cpus": 0}
+    assert group.max_ongoing_requests == ENSEMBLE_MAX_ONGOING_REQUESTS
+    assert group.deployment_options()["num_replicas"] == 1
+
+
+AUTOSCALED = (
+    'parameters { key: "AUTOSCALING_CONFIG" value: { string_value: '
+    '\'{"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 8}\' } } '
+)
+
+
+def test_autoscaling_config_parameter_replaces_the_fixed_count():
+    placement = placement_for(config(AUTOSCALED + "instance_group [ { kind: KIND_CPU count: 2 } ]"))
+    options = placement.only.deployment_options()
+    assert "num_replicas" not in options
+    assert options["autoscaling_config"] == {
+        "initial_replicas": 2,
+        "min_replicas": 1,
+        "max_replicas": 4,
+        "target_ongoing_requests": 8,
+    }
+
+
+def test_the_initial_count_stays_within_the_autoscaling_bounds():
+    placement = placement_for(config(AUTOSCALED + "instance_group [ { kind: KIND_CPU count: 9 } ]"))
+    assert placement.only.deployment_options()["autoscaling_config"]["initial_replicas"] == 4
+
+
+def test_an_autoscaling_config_serve_refuses_is_a_clear_error():
+    bad = (
+        'parameters { key: "AUTOSCALING_CONFIG" value: { string_value: \'{"min_replicas": -1}\' } }'
+    )
+    with pytest.raises(ValueError, match="parameter 'AUTOSCALING_CONFIG': min_replicas"):
+        placement_for(config(bad))
+    not_json = 'parameters { key: "AUTOSCALING_CONFIG" value: { string_value: "{" } }'
+    with pytest.raises(ValueError, match="is not JSON"):
+        placement_for(config(not_json))

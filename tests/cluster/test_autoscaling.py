@@ -1,0 +1,111 @@
+"""Autoscaling per model: the model config's ``AUTOSCALING_CONFIG`` parameter (Serve's
+``autoscaling_config``) scales the model's replicas up under load and back down after it.
+
+Serve's signal is the requests a replica holds, which counts those waiting in its batcher's
+queue (``@serve.batch``), so a model whose batches cannot keep up scales out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+pytestmark = pytest.mark.cluster
+
+SCALING = (
+    '{"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "upscale_delay_s": 1,'
+    ' "downscale_delay_s": 3, "look_back_period_s": 2, "metrics_interval_s": 0.5}'
+)
+SLOW_CONFIG = f"""\
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+parameters {{ key: "AUTOSCALING_CONFIG" value: {{ string_value: '{SCALING}' }} }}
+"""
+SLOW_MODEL = """\
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.2)  # a model slower than its traffic
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+# Bounds for a busy 2-core machine.
+SCALE_TIMEOUT_S = 90
+
+
+def _running_replicas(app: str) -> int:
+    from ray import serve
+
+    status = serve.status().applications.get(app)
+    if status is None or app not in status.deployments:
+        return 0
+    states = status.deployments[app].replica_states
+    return int(states.get("RUNNING", 0))
+
+
+def _wait_for(app: str, count: int, timeout_s: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if _running_replicas(app) == count:
+            return time.monotonic() - start
+        time.sleep(0.5)
+    raise AssertionError(f"'{app}' has {_running_replicas(app)} replicas, not {count}")
+
+
+def test_a_model_scales_up_under_load_and_back_down(serve_cluster, tmp_path):
+    (tmp_path / "slow" / "1").mkdir(parents=True)
+    (tmp_path / "slow" / "config.pbtxt").write_text(SLOW_CONFIG)
+    (tmp_path / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
+    (tmp_path / "refused" / "1").mkdir(parents=True)
+    refused = SLOW_CONFIG.replace(SCALING, '{"min_replicas": 3, "max_replicas": 2}')
+    (tmp_path / "refused" / "config.pbtxt").write_text(refused)
+    (tmp_path / "refused" / "1" / "model.py").write_text(SLOW_MODEL)
+    serve_cluster.deploy_live(tmp_path, "explicit", ["slow", "refused"])
+    index = httpclient.InferenceServerClient(serve_cluster.http_url).get_model_repository_index()
+    (entry,) = [e for e in index if e["name"] == "refused"]
+    assert entry["state"] == "UNAVAILABLE"
+    assert "parameter 'AUTOSCALING_CONFIG'" in entry["reason"], entry
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def client() -> None:
+        http = httpclient.InferenceServerClient(serve_cluster.http_url)
+        tensor = httpclient.InferInput("IN", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+        while not stop.is_set():
+            try:
+                http.infer("slow", [tensor])
+            except Exception as err:
+                failures.append(f"{type(err).__name__}: {err}")
+
+    try:
+        assert _running_replicas("slow") == 1  # the autoscaler's initial count
+        threads = [threading.Thread(target=client) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        try:
+            up = _wait_for("slow", 2, SCALE_TIMEOUT_S)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        down = _wait_for("slow", 1, SCALE_TIMEOUT_S)
+        assert failures == []
+        print(f"scaled to 2 replicas {up:.1f} s into the load, back to 1 {down:.1f} s after it")
+    finally:
+        serve_cluster.delete_all()

@@ -1,0 +1,222 @@
+"""Placement on a multi-node cluster: ``rayton cluster`` (``ray.cluster_utils.Cluster``: a head
+and two worker nodes with 4 logical GPUs and the per-GPU resources each) served by
+``rayton serve --address``, read back from every replica with ``rayton status``.
+
+One cluster for the module; its own processes (not the session's cluster), each in a process
+session of its own and ended pid by pid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.support.live_models import ADDER_MODEL
+from tests.support.ports import free_port
+from tests.support.processes import ServerProcess, rayton_serve_command, rayton_serve_env
+
+pytestmark = pytest.mark.cluster
+
+RAYTON = str(Path(sys.executable).parent / "rayton")
+PINNED = """\
+backend: "python"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { name: "g" count: 2 kind: KIND_GPU gpus: [ 0, 1 ] } ]
+"""
+MIXED = """\
+backend: "python"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [
+  { name: "cpu" count: 1 kind: KIND_CPU },
+  { name: "gpu" count: 1 kind: KIND_GPU gpus: [ 3 ] }
+]
+"""
+# Room on one worker for every GPU replica, so a lost worker's replicas fit on the other.
+GPUS_PER_WORKER = 4
+# Bounds for a 2-core machine running three raylets.
+NODE_LOSS_RECOVERY_S = 90
+
+
+def _write_model(root: Path, name: str, config: str, offset: float) -> None:
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(config)
+    (root / name / "1" / "model.py").write_text(
+        ADDER_MODEL.format(init="pass", scale=1.0, offset=offset)
+    )
+
+
+class _Cluster:
+    """``rayton cluster`` in a session of its own: its address and worker nodes."""
+
+    def __init__(self, log: Path, env: dict[str, str]) -> None:
+        self.server = ServerProcess(
+            [RAYTON, "cluster", "--workers", "2", "--gpus-per-worker", str(GPUS_PER_WORKER)],
+            log,
+            env,
+        )
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            for line in log.read_text().splitlines():
+                if line.startswith("{"):
+                    self.description = json.loads(line)
+                    return
+            if self.server.process.poll() is not None:
+                break
+            time.sleep(0.5)
+        self.server.stop()
+        raise RuntimeError(f"rayton cluster did not start; see {log}")
+
+    @property
+    def address(self) -> str:
+        return self.description["address"]
+
+
+@pytest.fixture(scope="module")
+def multinode(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multinode")
+    repository = root / "repo"
+    _write_model(repository, "pinned", PINNED, 1.0)
+    _write_model(repository, "mixed", MIXED, 2.0)
+    ray_tmp = Path(f"/tmp/rt{os.getpid()}m")
+    env = rayton_serve_env(ray_tmp)
+    env["HOME"] = str(root)  # Ray's token file and caches apart from the user's
+    cluster = _Cluster(root / "cluster.log", env)
+    http_port, grpc_port = free_port(), free_port()
+    command = rayton_serve_command(repository, http_port, grpc_port)
+    command += ["--address", cluster.address, "--proxy-location", "HeadOnly"]
+    server = ServerProcess(command, root / "serve.log", env)
+    try:
+        server.wait_http(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout_s=300)
+        yield cluster, f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
+    finally:
+        server.stop()
+        cluster.server.stop()
+
+
+def _status(url: str) -> dict:
+    result = subprocess.run(
+        [RAYTON, "status", "--url", url, "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _infer(url: str, model: str, value: float, protocol: str = "http") -> float:
+    """``OUT`` of ``model`` for ``IN = value`` over HTTP or gRPC (``url``: that endpoint)."""
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(url)
+    tensor = module.InferInput("IN", [1, 1], "FP32")
+    tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
+    return float(client.infer(model, [tensor]).as_numpy("OUT")[0, 0])
+
+
+def test_gpu_group_becomes_half_gpu_replicas_pinned_per_gpu_over_both_nodes(multinode):
+    cluster, http_url, grpc_url = multinode
+    replicas = _status(http_url)["models"]["pinned"]["replicas"]
+    assert len(replicas) == 4
+    workers = {worker["node_id"] for worker in cluster.description["workers"]}
+    by_gpu = Counter(r["cuda_visible_devices"] for r in replicas)
+    assert by_gpu == {"0": 2, "1": 2}, replicas  # count: 2 per listed GPU
+    for replica in replicas:
+        gpu = replica["cuda_visible_devices"]
+        assert replica["deployment"] == f"pinned.g.gpu{gpu}"
+        assert len(replica["gpu_ids"]) == 1  # a share of one GPU from Ray's accounting
+        assert replica["node_id"] in workers  # the head has no GPU
+    assert {r["node_id"] for r in replicas} == workers  # spread over both workers
+    assert _infer(http_url, "pinned", 1.0) == 2.0
+    assert _infer(grpc_url, "pinned", 1.0, "grpc") == 2.0
+
+
+def test_a_model_with_a_cpu_and_a_gpu_group_gets_both(multinode):
+    _, http_url, grpc_url = multinode
+    model = _status(http_url)["models"]["mixed"]
+    assert [v["state"] for v in model["versions"]] == ["READY"]
+    deployments = Counter(r["deployment"] for r in model["replicas"])
+    assert deployments == {"mixed.cpu": 1, "mixed.gpu.gpu3": 1}
+    gpu = next(r for r in model["replicas"] if r["deployment"] == "mixed.gpu.gpu3")
+    assert gpu["cuda_visible_devices"] == "3"
+    # Requests at once reach both groups, and the statistics count them all.
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(_infer(http_url, "mixed", 1.0)))
+        for _ in range(16)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [3.0] * 16
+    assert _infer(grpc_url, "mixed", 1.0, "grpc") == 3.0
+    stats = httpclient.InferenceServerClient(http_url).get_inference_statistics("mixed")
+    assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) >= 17
+
+
+def test_losing_a_worker_node_reschedules_its_replicas(multinode):
+    cluster, http_url, _ = multinode
+    lost = cluster.description["workers"][0]
+    failures: list[str] = []
+    answered_at: list[float] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        # One request at a time: at most one is in flight when the node goes.
+        while not stop.is_set():
+            try:
+                assert _infer(http_url, "pinned", 1.0) == 2.0
+                answered_at.append(time.monotonic())
+            except Exception as err:
+                failures.append(f"{type(err).__name__}: {err}")
+                time.sleep(0.2)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    time.sleep(2)
+    killed_at = time.monotonic()
+    os.kill(lost["raylet_pid"], 9)  # the node's raylet: its workers die with it
+    try:
+        deadline = killed_at + NODE_LOSS_RECOVERY_S
+        while time.monotonic() < deadline:
+            replicas = _status(http_url)["models"]["pinned"]["replicas"]
+            alive = [r for r in replicas if r["node_id"] != lost["node_id"]]
+            if len(alive) == 4 and len(replicas) == 4:
+                break
+            time.sleep(2)
+        else:
+            pytest.fail(
+                f"replicas not rescheduled after {NODE_LOSS_RECOVERY_S} s: {replicas}; "
+                f"failed requests: {failures}"
+            )
+        recovered = time.monotonic() - killed_at
+        time.sleep(2)
+    finally:
+        stop.set()
+        thread.join()
+    after = [t for t in answered_at if t > killed_at]
+    assert after, "no request answered after the node was lost"
+    # At most the one request in flight on the lost node fails.
+    assert len(failures) <= 1, failures
+    by_gpu = Counter(r["cuda_visible_devices"] for r in replicas)
+    assert by_gpu == {"0": 2, "1": 2}
+    around = [t for t in answered_at if t > killed_at - 2]
+    gap = max((b - a for a, b in itertools.pairwise(around)), default=0.0)
+    print(
+        f"replicas back on the remaining node {recovered:.1f} s after the loss; "
+        f"{len(after)} requests answered after it, the longest wait between two answers "
+        f"{gap:.1f} s; failed requests: {failures}"
+    )
