@@ -22,10 +22,6 @@ CONFIG_FILENAME = "config.pbtxt"
 
 ENSEMBLE_PLATFORM = "ensemble"
 
-# Backends whose CPU instance groups default to two instances (core SetDefaultInstanceCount).
-_TWO_CPU_INSTANCE_BACKENDS = ("onnxruntime", "tensorflow")
-
-
 def parse_config_text(text: str, source: str) -> mc.ModelConfig:
     """Parse protobuf text format into a ``ModelConfig``; errors name ``source`` and the field."""
     try:
@@ -95,10 +91,22 @@ def _normalize_instance_groups(config: mc.ModelConfig, gpu_ids: list[int]) -> No
             group.kind = group_cls.KIND_GPU if usable else group_cls.KIND_CPU
         if group.count < 1:
             group.count = 1
-            if group.kind == group_cls.KIND_CPU and config.backend in _TWO_CPU_INSTANCE_BACKENDS:
-                group.count = 2
+            if group.kind == group_cls.KIND_CPU:
+                group.count = _default_cpu_instance_count(config.backend)
         if group.kind == group_cls.KIND_GPU and not group.gpus:
             group.gpus.extend(gpu_ids)
+
+
+def _default_cpu_instance_count(backend: str) -> int:
+    """What the backend declares (core's SetDefaultInstanceCount); 1 for a backend unknown
+    here, whose own check reports it."""
+    from repo_adapter.backends import backend_class  # backends build on this module
+    from repo_adapter.errors import ModelConfigError
+
+    try:
+        return backend_class(backend).default_cpu_instance_count
+    except ModelConfigError:
+        return 1
 
 
 def validate_config(

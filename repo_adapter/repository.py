@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from repo_adapter.backends import backend_class
+from repo_adapter.backends import backend_class, backend_for_platform, probe_order
 from repo_adapter.backends.base import ModelVersion
 from repo_adapter.config import (
     CONFIG_FILENAME,
@@ -26,28 +26,6 @@ from repo_adapter.config import (
 from repo_adapter.errors import InferenceServerError, ModelConfigError, NoDeviceError
 
 logger = logging.getLogger(__name__)
-
-# platform -> backend, and the backend's default model file name (core constants.h).
-_PLATFORM_BACKENDS = {
-    "onnxruntime_onnx": "onnxruntime",
-    "pytorch_libtorch": "pytorch",
-    "tensorrt_plan": "tensorrt",
-}
-_BACKEND_DEFAULTS = {  # backend -> (platform, default model filename)
-    "onnxruntime": ("onnxruntime_onnx", "model.onnx"),
-    "pytorch": ("pytorch_libtorch", "model.pt"),
-    "tensorrt": ("tensorrt_plan", "model.plan"),
-    "python": ("", "model.py"),
-}
-# Platforms core accepts with each backend (GetBackendTypeFromPlatform); other backends,
-# python included, accept any platform.
-_BACKEND_PLATFORMS = {
-    "onnxruntime": ("onnxruntime_onnx",),
-    "pytorch": ("pytorch_libtorch",),
-    "tensorrt": ("tensorrt_plan",),
-}
-# Order in which core probes the version directory for a model file.
-_PROBE_ORDER = ("tensorrt", "onnxruntime", "pytorch", "python")
 
 READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"
@@ -218,45 +196,43 @@ def _complete_config(
 
 
 def _fill_backend_fields(config: mc.ModelConfig, model_dir: Path) -> None:
-    """Core's ``AutoCompleteBackendFields``: backend/platform/filename from config or files."""
+    """Core's ``AutoCompleteBackendFields``: backend/platform/filename from config or files,
+    as each backend describes itself."""
     if config.platform == ENSEMBLE_PLATFORM:
         return
     if not config.backend:
-        if config.platform in _PLATFORM_BACKENDS:
-            config.backend = _PLATFORM_BACKENDS[config.platform]
-        elif config.platform:
-            raise ModelConfigError(
-                f"unsupported platform '{config.platform}' for model '{config.name}'"
-            )
+        if config.platform:
+            backend = backend_for_platform(config.platform)
+            if backend is None:
+                raise ModelConfigError(
+                    f"unsupported platform '{config.platform}' for model '{config.name}'"
+                )
+            config.backend = backend
         else:
             config.backend = _probe_backend(config, model_dir)
-    expected_platforms = _BACKEND_PLATFORMS.get(config.backend)
-    if expected_platforms and config.platform not in ("", *expected_platforms):
+    backend = backend_class(config.backend)  # raises the unsupported-backend error
+    if backend.platforms and config.platform not in ("", *backend.platforms):
         raise ModelConfigError(
             f"unexpected 'platform' and 'backend' pair for model '{config.name}', got: "
             f"'{config.platform}', '{config.backend}'"
         )
-    if config.backend in _BACKEND_DEFAULTS:
-        platform, filename = _BACKEND_DEFAULTS[config.backend]
-        if platform and not config.platform:
-            config.platform = platform
-        if not config.default_model_filename:
-            config.default_model_filename = filename
-    else:
-        backend_class(config.backend)  # raises the unsupported-backend error
+    if backend.platforms and not config.platform:
+        config.platform = backend.platforms[0]
+    if not config.default_model_filename:
+        config.default_model_filename = backend.default_model_filename
 
 
 def _probe_backend(config: mc.ModelConfig, model_dir: Path) -> str:
-    for backend in _PROBE_ORDER:
-        filename = _BACKEND_DEFAULTS[backend][1]
-        if config.default_model_filename == filename:
-            return backend
+    probed = probe_order()
+    for backend in probed:
+        if config.default_model_filename == backend.default_model_filename:
+            return backend.name
     versions = available_versions(model_dir)
     if versions and not config.default_model_filename:
         contents = {p.name for p in (model_dir / str(versions[0])).iterdir()}
-        for backend in _PROBE_ORDER:
-            if _BACKEND_DEFAULTS[backend][1] in contents:
-                return backend
+        for backend in probed:
+            if backend.default_model_filename in contents:
+                return backend.name
     raise ModelConfigError(
         f"Could not determine backend for model '{config.name}' with no backend in model "
         "configuration. Expected model name of the form 'model.<backend_name>'."

@@ -1,42 +1,110 @@
-"""Model backends behind one interface, looked up by the config's ``backend`` name.
+"""Model backends behind one interface, found by the config's ``backend`` name.
 
-Modules are imported lazily so that a repository without TorchScript models never imports
-torch, and one without TensorRT never needs the TensorRT runtime.
+Each backend describes itself on its class (:class:`~repo_adapter.backends.base.Backend`:
+platform names, default model file, place in the auto-detection order, default CPU instance
+count), so a new backend is one module. rayton's own are listed here; another package adds
+one without editing rayton through the ``rayton.backends`` entry point group::
+
+    [project.entry-points."rayton.backends"]
+    mybackend = "my_package.backend:MyBackend"
+
+Modules are imported when a backend is first asked for, and import their runtime only when a
+model loads: a repository without TorchScript models never imports torch, and one without
+TensorRT never needs the TensorRT runtime.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import logging
+from importlib.metadata import entry_points
 
 from repo_adapter.backends.base import Backend, InstanceSpec, ModelVersion, TensorBackend
 from repo_adapter.errors import ModelConfigError
 
-__all__ = ["Backend", "InstanceSpec", "ModelVersion", "TensorBackend", "backend_class"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Backend",
+    "InstanceSpec",
+    "ModelVersion",
+    "TensorBackend",
+    "backend_class",
+    "backend_classes",
+    "backend_for_platform",
+    "probe_order",
+    "supported_backends",
+]
 
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "rayton.backends"
 # config ``backend`` -> "module:class"
-_BACKENDS = {
+_BUILTIN = {
     "onnxruntime": "repo_adapter.backends.onnxruntime:OnnxRuntimeBackend",
     "pytorch": "repo_adapter.backends.pytorch:PyTorchBackend",
     "python": "repo_adapter.backends.python:PythonBackend",
     "tensorrt": "repo_adapter.backends.tensorrt:TensorRTBackend",
 }
 
-SUPPORTED_BACKENDS = tuple(_BACKENDS)
+
+@functools.cache
+def _registered() -> dict[str, str]:
+    """rayton's backends, then those other packages declare (a built-in name stays rayton's)."""
+    found = dict(_BUILTIN)
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name in found:
+            logger.warning("backend '%s' of %s ignored: rayton has one", entry.name, entry.value)
+            continue
+        found[entry.name] = entry.value
+    return found
+
+
+def supported_backends() -> tuple[str, ...]:
+    return tuple(_registered())
+
+
+@functools.cache
+def _load(target: str) -> type[Backend]:
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def backend_class(backend: str) -> type[Backend]:
     """The class implementing ``backend``; UNAVAILABLE-style error for unknown names."""
-    try:
-        target = _BACKENDS[backend]
-    except KeyError:
+    target = _registered().get(backend)
+    if target is None:
         raise ModelConfigError(
-            f"unsupported backend '{backend}' (supported: {', '.join(SUPPORTED_BACKENDS)})"
-        ) from None
-    module_name, class_name = target.split(":")
+            f"unsupported backend '{backend}' (supported: {', '.join(supported_backends())})"
+        )
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:  # e.g. torch or tensorrt not installed on this node
+        return _load(target)
+    except ImportError as err:  # a runtime the module needs at import, missing on this node
         raise ModelConfigError(
             f"backend '{backend}' cannot be used here: {type(err).__name__}: {err}"
         ) from None
-    return getattr(module, class_name)
+
+
+def backend_classes() -> list[type[Backend]]:
+    """Every backend that can be imported here, in registration order."""
+    classes = []
+    for name in _registered():
+        try:
+            classes.append(backend_class(name))
+        except ModelConfigError as err:
+            logger.debug("%s", err)
+    return classes
+
+
+def backend_for_platform(platform: str) -> str | None:
+    """The backend core maps ``platform`` to (``onnxruntime_onnx`` -> ``onnxruntime``)."""
+    for cls in backend_classes():
+        if platform in cls.platforms:
+            return cls.name
+    return None
+
+
+def probe_order() -> list[type[Backend]]:
+    """The backends core's auto-detection tries, in its order (by default model file)."""
+    probed = [cls for cls in backend_classes() if cls.probe_priority is not None]
+    return sorted(probed, key=lambda cls: cls.probe_priority)

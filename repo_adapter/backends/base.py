@@ -65,9 +65,23 @@ ExecuteResult = list["InferResponse | InferenceServerError"]
 
 
 class Backend(abc.ABC):
-    """A loaded model instance. Subclasses set ``name`` to the config's backend name."""
+    """A loaded model instance; its class describes the backend to the repository scan.
+
+    Subclasses set ``name`` to the config's backend name and the facts below, which Triton's
+    core keeps in its own tables (``constants.h``, ``AutoCompleteBackendFields``,
+    ``SetDefaultInstanceCount``).
+    """
 
     name: str = ""
+    # Platform names that mean this backend; the first is filled in when a config names only
+    # the backend. Empty: the backend takes any platform (python).
+    platforms: tuple[str, ...] = ()
+    # The file (or directory) of a version when the config names none.
+    default_model_filename: str = ""
+    # Place in core's auto-detection by model file (lower first); None: never detected.
+    probe_priority: int | None = None
+    # Instances of a KIND_CPU group that gives no count.
+    default_cpu_instance_count: int = 1
 
     def __init__(self, model: ModelVersion, instance: InstanceSpec) -> None:
         self.model = model
@@ -101,7 +115,10 @@ class Backend(abc.ABC):
 class TensorBackend(Backend):
     """Backends that run one forward pass on concatenated tensors.
 
-    Subclasses implement :meth:`run` on a dict of batched numpy inputs.
+    Subclasses implement :meth:`run` on a dict of batched numpy inputs. Inputs arrive with
+    their config ``reshape`` applied (request validation does it, once, with core's rule) and
+    outputs may come back in their ``reshape`` shape, which the model layer reports in the
+    config's dims.
 
     Short executions run inline on the caller's event loop; long ones on one dedicated thread
     per instance (frameworks with thread-local state always see the same thread). Handing a
@@ -157,7 +174,7 @@ class TensorBackend(Backend):
 
     def _gather_inputs(self, requests: list[InferRequest], batching: bool) -> dict[str, np.ndarray]:
         gathered: dict[str, np.ndarray] = {}
-        for name, cfg in self._input_configs.items():
+        for name in self._input_configs:
             parts = [r.input(name) for r in requests]
             present = [p for p in parts if p is not None]
             if not present:
@@ -172,9 +189,6 @@ class TensorBackend(Backend):
                 array = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
             else:
                 array = arrays[0]
-            if cfg.HasField("reshape"):
-                batch_dims = (array.shape[0],) if batching else ()
-                array = array.reshape(batch_dims + tuple(cfg.reshape.shape))
             gathered[name] = array
         return gathered
 
@@ -196,12 +210,8 @@ class TensorBackend(Backend):
             datatype = config_to_protocol(cfg.data_type)
             array = _as_output_dtype(np.asarray(outputs[name]), datatype)
             if batching:
-                if cfg.HasField("reshape"):
-                    array = array.reshape((array.shape[0], *_concrete(cfg.dims, array)))
                 pieces = [array[offsets[i] : offsets[i + 1]] for i in range(len(requests))]
             else:
-                if cfg.HasField("reshape"):
-                    array = array.reshape(tuple(_concrete(cfg.dims, array, batched=False)))
                 pieces = [array]
             tensors[name] = (datatype, pieces)
         return [
@@ -234,16 +244,6 @@ def report_compute(results: ExecuteResult, phases: ComputeTimes) -> TimedResults
 
 def _request_rows(request: InferRequest) -> int:
     return request.inputs[0].data.shape[0] if request.inputs else 1
-
-
-def _concrete(dims, array: np.ndarray, batched: bool = True) -> list[int]:
-    """Config dims with a single -1 resolved from the array's element count."""
-    dims = list(dims)
-    if -1 in dims:
-        known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
-        per_item = array.size // (array.shape[0] if batched and array.ndim else 1)
-        dims[dims.index(-1)] = per_item // max(known, 1)
-    return dims
 
 
 def _as_output_dtype(array: np.ndarray, datatype: str) -> np.ndarray:

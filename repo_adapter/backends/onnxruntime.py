@@ -65,6 +65,10 @@ class OnnxRuntimeBackend(TensorBackend):
     """A Triton ``onnxruntime`` model instance: one ``InferenceSession``."""
 
     name = "onnxruntime"
+    platforms = ("onnxruntime_onnx",)
+    default_model_filename = "model.onnx"
+    probe_priority = 20
+    default_cpu_instance_count = 2
 
     def __init__(self, model: ModelVersion, instance: InstanceSpec) -> None:
         super().__init__(model, instance)

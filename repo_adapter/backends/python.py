@@ -75,6 +75,9 @@ class PythonBackend(Backend):
     """A Triton Python model instance (``backend: "python"``)."""
 
     name = "python"
+    platforms = ()
+    default_model_filename = "model.py"
+    probe_priority = 50
 
     def __init__(self, model: ModelVersion, instance: InstanceSpec) -> None:
         super().__init__(model, instance)

@@ -40,6 +40,9 @@ class PyTorchBackend(TensorBackend):
     """A Triton ``pytorch`` model instance: one TorchScript module on one device."""
 
     name = "pytorch"
+    platforms = ("pytorch_libtorch",)
+    default_model_filename = "model.pt"
+    probe_priority = 30
 
     def __init__(self, model: ModelVersion, instance: InstanceSpec) -> None:
         super().__init__(model, instance)

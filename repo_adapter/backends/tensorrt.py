@@ -50,6 +50,9 @@ class TensorRTBackend(TensorBackend):
     """A Triton ``tensorrt`` model instance: one engine and execution context on one GPU."""
 
     name = "tensorrt"
+    platforms = ("tensorrt_plan",)
+    default_model_filename = "model.plan"
+    probe_priority = 10
 
     def __init__(self, model: ModelVersion, instance: InstanceSpec) -> None:
         super().__init__(model, instance)

@@ -131,3 +131,29 @@ async def test_a_version_is_ready_only_after_its_warmup_and_fails_with_it(tmp_pa
     assert failed.ready_versions == []
     (state,) = failed.state().values()
     assert state["state"] == "UNAVAILABLE" and "warmup 'zeros'" in state["reason"]
+
+
+async def test_reshapes_with_variable_dimensions_follow_cores_rule(tmp_path):
+    """Input reshape applied once (the backend sees it), wildcards carried over in order, and
+    outputs reported in their dims: two variable dims, which no second reshape could infer."""
+    from examples.builders import save_onnx_identity
+
+    model_dir = tmp_path / "reshaped"
+    (model_dir / "1").mkdir(parents=True)
+    save_onnx_identity(model_dir / "1" / "model.onnx", shape=("batch", "a", "b", 1))
+    (model_dir / "config.pbtxt").write_text(
+        'backend: "onnxruntime" max_batch_size: 4\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1, -1 ]'
+        " reshape: { shape: [ -1, -1, 1 ] } } ]\n"
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1, -1 ]'
+        " reshape: { shape: [ -1, -1, 1 ] } } ]\n"
+    )
+    model = load(model_dir)
+    try:
+        data = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+        response = await model.infer(
+            InferRequest("reshaped", [InferTensor("INPUT0", "FP32", data)])
+        )
+        np.testing.assert_array_equal(response.output("OUTPUT0").data, data)
+    finally:
+        await model.close()

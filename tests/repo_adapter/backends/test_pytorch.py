@@ -20,6 +20,7 @@ from repo_adapter.backends.pytorch import PyTorchBackend
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferTensor
 from repo_adapter.repository import scan_repository
+from repo_adapter.request_validation import RequestValidator
 
 IMAGE = (3, 8, 8)
 cnn = partial(save_torchscript_cnn, image_shape=IMAGE, channels=4)
@@ -198,7 +199,9 @@ input [{ name: "INPUT__0" data_type: TYPE_FP32 dims: [192] reshape: { shape: [3,
 output [{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [10] }]"""
     backend = make_backend(tmp_path, cnn, config)
     images = np.random.default_rng(3).standard_normal((2, *IMAGE)).astype(np.float32)
-    [response] = await backend.execute([request(INPUT__0=("FP32", images.reshape(2, 192)))])
+    given = request(INPUT__0=("FP32", images.reshape(2, 192)))
+    RequestValidator(backend.config).normalize(given)  # the model layer's reshape, once
+    [response] = await backend.execute([given])
     reference = torch.jit.load(str(backend.model.model_path))
     expected = reference(torch.from_numpy(images)).detach().numpy()
     np.testing.assert_allclose(response.output("OUTPUT__0").data, expected, atol=1e-6)
