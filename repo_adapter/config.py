@@ -22,6 +22,7 @@ CONFIG_FILENAME = "config.pbtxt"
 
 ENSEMBLE_PLATFORM = "ensemble"
 
+
 def parse_config_text(text: str, source: str) -> mc.ModelConfig:
     """Parse protobuf text format into a ``ModelConfig``; errors name ``source`` and the field."""
     try:

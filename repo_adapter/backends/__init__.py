@@ -42,9 +42,11 @@ ENTRY_POINT_GROUP = "rayton.backends"
 # config ``backend`` -> "module:class"
 _BUILTIN = {
     "onnxruntime": "repo_adapter.backends.onnxruntime:OnnxRuntimeBackend",
+    "openvino": "repo_adapter.backends.openvino:OpenVinoBackend",
     "pytorch": "repo_adapter.backends.pytorch:PyTorchBackend",
     "python": "repo_adapter.backends.python:PythonBackend",
     "tensorrt": "repo_adapter.backends.tensorrt:TensorRTBackend",
+    "tensorflow": "repo_adapter.backends.tensorflow:TensorFlowBackend",
 }
 
 

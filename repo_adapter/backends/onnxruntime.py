@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +17,17 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.backends.base import InstanceSpec, ModelVersion, TensorBackend
 from repo_adapter.backends.gpu_memory import capped, device_total_bytes, memory_cap_bytes
+from repo_adapter.backends.model_io import (
+    TensorInfo,
+    autocomplete_file,
+    check_tensors,
+    complete_max_batch,
+    fill_tensors,
+)
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_BATCH_SIZE = 4  # tritonserver's --backend-config default-max-batch-size
 INTRA_OP_THREADS_ENV = "RAYTON_ORT_INTRA_OP_THREADS"
 
 # BF16 is missing: ORT's Python API cannot hand bfloat16 tensors to numpy.
@@ -52,15 +57,6 @@ _CUDA_CHOICES = {  # Triton's integer parameters -> CUDA EP option values
 _TRT_PRECISIONS = {"FP16": "trt_fp16_enable", "BF16": "trt_bf16_enable", "INT8": "trt_int8_enable"}
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    """One model input/output as the ONNX file declares it (-1 for dynamic dims)."""
-
-    name: str
-    data_type: int
-    dims: tuple[int, ...]
-
-
 class OnnxRuntimeBackend(TensorBackend):
     """A Triton ``onnxruntime`` model instance: one ``InferenceSession``."""
 
@@ -88,8 +84,9 @@ class OnnxRuntimeBackend(TensorBackend):
         """
         if (config.input or config.batch_input) and config.output:
             return
-        path = _autocomplete_file(config, model_dir)
-        if path is None:
+        found = autocomplete_file(config, model_dir, cls.default_model_filename)
+        path = _model_file(found) if found is not None else None
+        if path is None or not path.is_file():
             return  # the repository scan reports the missing version or file
         ort = _ort()
         options = ort.SessionOptions()
@@ -97,15 +94,15 @@ class OnnxRuntimeBackend(TensorBackend):
         session = _open_session(options, path, ["CPUExecutionProvider"], config)
         inputs = _infos(config, session.get_inputs())
         outputs = _infos(config, session.get_outputs())
-        _complete_max_batch(config, inputs, outputs)
+        complete_max_batch(config, inputs, outputs)
         for kind, tensors, infos in (
             ("input", config.input, inputs),
             ("output", config.output, outputs),
         ):
             if tensors:
-                _check_tensors(config, kind, tensors, infos)
+                check_tensors(config, kind, tensors, infos)
             else:
-                _fill_tensors(tensors, infos, config.max_batch_size)
+                fill_tensors(tensors, infos, config.max_batch_size)
 
     def load(self) -> None:
         ort = _ort()
@@ -163,19 +160,6 @@ def _ort():
 def _model_file(path: Path) -> Path:
     # A directory ``model.onnx/`` holds ``model.onnx`` next to its external data files.
     return path / "model.onnx" if path.is_dir() else path
-
-
-def _autocomplete_file(config: mc.ModelConfig, model_dir: Path) -> Path | None:
-    from repo_adapter.repository import available_versions  # avoids an import cycle
-
-    versions = available_versions(model_dir)
-    if config.version_policy.HasField("specific"):
-        versions = [v for v in versions if v in config.version_policy.specific.versions]
-    if not versions:
-        return None
-    filename = config.default_model_filename or "model.onnx"
-    path = _model_file(model_dir / str(versions[-1]) / filename)
-    return path if path.is_file() else None
 
 
 def _open_session(options, path: Path, providers: list, config: mc.ModelConfig):
@@ -332,32 +316,6 @@ def _infos(config: mc.ModelConfig, args: Sequence) -> dict[str, TensorInfo]:
     return infos
 
 
-def _complete_max_batch(config, inputs: dict, outputs: dict) -> None:
-    infos = [*inputs.values(), *outputs.values()]
-    if not all(info.dims and info.dims[0] == -1 for info in infos):
-        if config.max_batch_size != 0:
-            raise ModelConfigError(
-                f"autofill failed for model '{config.name}': model does not support batching "
-                "while non-zero max_batch_size is specified"
-            )
-        return
-    if config.max_batch_size == 0:
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
-    scheduled = config.HasField("dynamic_batching") or config.HasField("sequence_batching")
-    if config.max_batch_size > 1 and not scheduled:
-        config.dynamic_batching.SetInParent()
-
-
-def _fill_tensors(tensors, infos: dict[str, TensorInfo], max_batch_size: int) -> None:
-    for info in infos.values():
-        tensor = tensors.add(name=info.name, data_type=info.data_type)
-        tensor.dims.extend(info.dims[1:] if max_batch_size > 0 else info.dims)
-        if not tensor.dims:  # 'dims' may not be empty: a scalar is [1], reshaped to []
-            tensor.dims.append(1)
-            if max_batch_size > 0:
-                tensor.reshape.SetInParent()
-
-
 def _validate(config: mc.ModelConfig, session) -> None:
     """Triton's ValidateInputs/ValidateOutputs: the config must describe the model."""
     inputs = _infos(config, session.get_inputs())
@@ -374,51 +332,8 @@ def _validate(config: mc.ModelConfig, session) -> None:
                 "supported for models that support batching"
             )
     inputs.update(_infos(config, session.get_overridable_initializers()))
-    _check_tensors(config, "input", config.input, inputs)
-    _check_tensors(config, "output", config.output, _infos(config, session.get_outputs()))
-
-
-def _check_tensors(config, kind: str, tensors, infos: dict[str, TensorInfo]) -> None:
-    for tensor in tensors:
-        info = infos.get(tensor.name)
-        if info is None:
-            raise ModelConfigError(
-                f"unexpected inference {kind} '{tensor.name}', allowed {kind}s are: "
-                f"{', '.join(sorted(infos))}"
-            )
-        if tensor.data_type != info.data_type:
-            raise ModelConfigError(
-                f"unable to load model '{config.name}', configuration expects datatype "
-                f"{mc.DataType.Name(tensor.data_type)} for {kind} '{tensor.name}', model "
-                f"provides {mc.DataType.Name(info.data_type)}"
-            )
-        dims = list(tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims)
-        _compare_dims(config, tensor.name, list(info.dims), dims, exact=kind == "output")
-
-
-def _compare_dims(config, name: str, model: list[int], dims: list[int], exact: bool) -> None:
-    if not model:  # a scalar: Triton only accepts dims made of 1s
-        if any(d != 1 for d in dims):
-            raise ModelConfigError(
-                f"unable to load model '{config.name}', scalar tensor '{name}', should only "
-                f"provide 1 in the model configuration. Model configuration provided: {dims}."
-            )
-        return
-    prefix = f"model '{config.name}', tensor '{name}': "
-    if config.max_batch_size > 0:
-        if model[0] != -1:
-            raise ModelConfigError(
-                f"{prefix}for the model to support batching the shape should have at least 1 "
-                "dimension and the first dimension must be -1; but shape expected by the model "
-                f"is {model}"
-            )
-        dims = [-1, *dims]
-    pairs = zip(model, dims, strict=False)
-    if len(model) != len(dims) or any(m != d for m, d in pairs if exact or m != -1):
-        raise ModelConfigError(
-            f"{prefix}the model expects {len(model)} dimensions (shape {model}) but the model "
-            f"configuration specifies {len(dims)} dimensions (shape {dims})"
-        )
+    check_tensors(config, "input", config.input, inputs)
+    check_tensors(config, "output", config.output, _infos(config, session.get_outputs()))
 
 
 def _to_text(name: str, array: np.ndarray) -> np.ndarray:

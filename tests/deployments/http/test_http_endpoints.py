@@ -146,6 +146,7 @@ def test_python_model_infer_binary_and_json(client, binary):
     [
         ("image_classifier_onnx", "INPUT0", "OUTPUT0"),
         ("image_classifier_torch", "INPUT__0", "OUTPUT__0"),
+        ("image_classifier_openvino", "INPUT0", "OUTPUT0"),
     ],
 )
 def test_framework_models_infer_batch(client, model, input_name, output_name):
@@ -167,6 +168,17 @@ def test_onnx_and_torch_classifiers_agree(client):
     first = client.infer("image_classifier_onnx", inputs).as_numpy("OUTPUT0")
     second = client.infer("image_classifier_onnx", inputs).as_numpy("OUTPUT0")
     np.testing.assert_array_equal(first, second)
+
+
+def test_openvino_classifier_scores_as_the_onnx_one(client):
+    """The example's IR is the ONNX classifier converted with FP32 weights: another runtime,
+    the same scores."""
+    images = np.random.default_rng(7).random((2, 3, 64, 64), dtype=np.float32)
+    inputs = [httpclient.InferInput("INPUT0", [2, 3, 64, 64], "FP32")]
+    inputs[0].set_data_from_numpy(images)
+    onnx = client.infer("image_classifier_onnx", inputs).as_numpy("OUTPUT0")
+    openvino = client.infer("image_classifier_openvino", inputs).as_numpy("OUTPUT0")
+    np.testing.assert_allclose(openvino, onnx, rtol=1e-4, atol=1e-6)
 
 
 def test_bytes_round_trip(client):

@@ -38,15 +38,24 @@ class DoublingBackend(TensorBackend):
 
 
 def test_builtin_backends_describe_themselves():
-    assert supported_backends()[:4] == ("onnxruntime", "pytorch", "python", "tensorrt")
+    assert set(supported_backends()) >= {
+        "onnxruntime",
+        "openvino",
+        "pytorch",
+        "python",
+        "tensorrt",
+        "tensorflow",
+    }
     assert backend_for_platform("onnxruntime_onnx") == "onnxruntime"
     assert backend_for_platform("pytorch_libtorch") == "pytorch"
     assert backend_for_platform("tensorrt_plan") == "tensorrt"
     assert backend_for_platform("no_such_platform") is None
-    # core's order: model.plan, model.onnx, model.pt, then model.py
+    # core's order: model.plan, model.savedmodel, model.onnx, model.pt, then model.py
     names = [cls.name for cls in probe_order()]
-    assert names[:4] == ["tensorrt", "onnxruntime", "pytorch", "python"]
+    assert names[:5] == ["tensorrt", "tensorflow", "onnxruntime", "pytorch", "python"]
+    assert backend_class("openvino").probe_priority is None  # core never detects it by file
     assert backend_class("onnxruntime").default_cpu_instance_count == 2
+    assert backend_class("tensorflow").default_cpu_instance_count == 2
     assert backend_class("python").default_cpu_instance_count == 1
 
 
