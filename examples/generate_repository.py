@@ -10,6 +10,8 @@ onnx/torch/Pillow versions):
 - ``image_classifier_onnx``: ONNX Runtime CNN, ``INPUT0`` FP32 [3,64,64] -> ``OUTPUT0`` [16].
 - ``image_classifier_torch``: the same network as TorchScript, with the PyTorch backend's
   ``INPUT__0`` / ``OUTPUT__0`` naming.
+- ``image_classifier_openvino``: the ONNX classifier converted to OpenVINO IR
+  (``model.xml`` + ``model.bin``), served by the openvino backend: same scores as the ONNX one.
 - ``preprocess``: python backend model, encoded image bytes (UINT8 [-1]) -> FP32 [3,64,64].
 - ``image_pipeline``: ensemble ``preprocess`` -> ``image_classifier_onnx``.
 - ``add_sub``: Triton's classic python backend example, unchanged in spirit.
@@ -88,6 +90,20 @@ instance_group [
   }
 ]
 """
+
+# OpenVINO computes in bfloat16 on CPUs that have it unless told otherwise: "f32" keeps the
+# scores equal to the ONNX model's.
+CLASSIFIER_OPENVINO_CONFIG = (
+    CLASSIFIER_ONNX_CONFIG.replace(
+        'name: "image_classifier_onnx"\nbackend: "onnxruntime"',
+        'name: "image_classifier_openvino"\nbackend: "openvino"',
+    )
+    + """parameters {
+  key: "INFERENCE_PRECISION_HINT"
+  value: { string_value: "f32" }
+}
+"""
+)
 
 # TorchScript carries no tensor names, so Triton's PyTorch backend binds inputs and outputs by
 # position through the "<name>__<index>" convention.
@@ -356,6 +372,7 @@ ensemble_scheduling {
 MODEL_NAMES = (
     "add_sub",
     "image_classifier_onnx",
+    "image_classifier_openvino",
     "image_classifier_torch",
     "image_pipeline",
     "mlp_autocomplete",
@@ -397,6 +414,16 @@ def _save_torchscript_classifier(path: Path) -> Path:
     return path
 
 
+def _save_openvino_classifier(onnx_file: Path, xml: Path) -> list[Path]:
+    """The ONNX classifier as OpenVINO IR, weights kept in FP32 (OpenVINO's converter would
+    store them as FP16 by default, and the scores would differ from the ONNX model's)."""
+    import openvino as ov
+
+    xml.parent.mkdir(parents=True, exist_ok=True)
+    ov.save_model(ov.convert_model(str(onnx_file)), str(xml), compress_to_fp16=False)
+    return [xml, xml.with_suffix(".bin")]
+
+
 def generate_repository(output: Path) -> list[Path]:
     """Write every example model under ``output``.
 
@@ -413,6 +440,14 @@ def generate_repository(output: Path) -> list[Path]:
             output / "image_classifier_onnx" / "1" / "model.onnx",
             image_shape=IMAGE_SHAPE,
             num_classes=NUM_CLASSES,
+        ),
+        _write_text(
+            output / "image_classifier_openvino" / "config.pbtxt", CLASSIFIER_OPENVINO_CONFIG
+        ),
+        _write_text(output / "image_classifier_openvino" / "labels.txt", _labels_text()),
+        *_save_openvino_classifier(
+            output / "image_classifier_onnx" / "1" / "model.onnx",
+            output / "image_classifier_openvino" / "1" / "model.xml",
         ),
         _write_text(output / "image_classifier_torch" / "config.pbtxt", CLASSIFIER_TORCH_CONFIG),
         _write_text(output / "image_classifier_torch" / "labels.txt", _labels_text()),
