@@ -41,8 +41,9 @@ ENSEMBLE_MAX_ONGOING_REQUESTS = 256
 ROUTER_MAX_ONGOING_REQUESTS = 1024
 # In-flight requests get this long to finish when a replica stops (Serve's default is 20 s).
 GRACEFUL_SHUTDOWN_TIMEOUT_S = 5
-# Front deployments that listen on a socket of their own (gRPC, metrics) run on the head node,
-# the address clients are given; Ray gives every head node this resource.
+# The front deployments run on the head node: the server with the repository controller (the
+# repository's state lives there, and must not go with a lost worker), and the gRPC and metrics
+# frontends, which listen on the address clients are given. Ray gives every head node this.
 HEAD_NODE_ACTOR_OPTIONS = {"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}}
 # Ray's resources are counted in units of 1/10000.
 _RESOURCE_PRECISION = 4
@@ -100,6 +101,8 @@ class ModelPlacement:
     model: str
     groups: list[ReplicaGroup]
     notes: list[str] = field(default_factory=list)
+    # Needs processes of its own (an environment of its own: EXECUTION_ENV_PATH, a runtime_env)
+    isolated: bool = False
 
     @property
     def routed(self) -> bool:
@@ -207,14 +210,18 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
             )
         )
     scaling = autoscaling_config(config)
+    runtime_env = ray_runtime_env(config)
     for group in placed:
         group.autoscaling_config = scaling
+        if runtime_env is not None:
+            group.ray_actor_options["runtime_env"] = copy.deepcopy(runtime_env)
+    isolated = runtime_env is not None or EXECUTION_ENV_PARAMETER in config.parameters
     if len(placed) == 1:  # one deployment: named after the model, as YAML overrides expect
         placed[0].name = name
     else:
         for group in placed:
             group.name = f"{name}.{group.name}"
-    return ModelPlacement(name, placed, notes)
+    return ModelPlacement(name, placed, notes, isolated)
 
 
 AUTOSCALING_PARAMETER = "AUTOSCALING_CONFIG"
@@ -245,4 +252,31 @@ def autoscaling_config(config: mc.ModelConfig) -> dict[str, Any] | None:
             f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in err.errors()
         )
         raise ValueError(f"parameter '{AUTOSCALING_PARAMETER}': {problems}") from None
+    return value
+
+
+RUNTIME_ENV_PARAMETER = "RAY_RUNTIME_ENV"
+# The python backend's packed environment (repo_adapter/python_backend/execution_env.py)
+EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
+
+
+def ray_runtime_env(config: mc.ModelConfig) -> dict[str, Any] | None:
+    """Ray's ``runtime_env`` for the model's replicas from its ``RAY_RUNTIME_ENV`` parameter
+    (a JSON object: ``pip``, ``uv``, ``conda``, ``env_vars``, ...), checked by Ray's own
+    ``RuntimeEnv``; None when not set. Raises :class:`ValueError` with the reason."""
+    if RUNTIME_ENV_PARAMETER not in config.parameters:
+        return None
+    text = config.parameters[RUNTIME_ENV_PARAMETER].string_value
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"parameter '{RUNTIME_ENV_PARAMETER}' is not JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"parameter '{RUNTIME_ENV_PARAMETER}' must be a JSON object")
+    from ray.runtime_env import RuntimeEnv
+
+    try:
+        RuntimeEnv(**value)
+    except Exception as err:  # Ray raises TypeError / ValueError / its own for bad fields
+        raise ValueError(f"parameter '{RUNTIME_ENV_PARAMETER}': {err}") from None
     return value

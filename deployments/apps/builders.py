@@ -114,9 +114,8 @@ def scan_for_serving(
 
 
 def _front_deployment(name: str) -> dict[str, Any]:
-    on_head = name in (GRPC_DEPLOYMENT_NAME, METRICS_DEPLOYMENT_NAME)
-    options = HEAD_NODE_ACTOR_OPTIONS if on_head else {"num_cpus": 0}
-    return {"name": name, "num_replicas": 1, "ray_actor_options": copy.deepcopy(options)}
+    options = copy.deepcopy(HEAD_NODE_ACTOR_OPTIONS)
+    return {"name": name, "num_replicas": 1, "ray_actor_options": options}
 
 
 def model_deployments(placement: ModelPlacement) -> list[dict[str, Any]]:
@@ -346,9 +345,13 @@ def build_server_app(args: ServerAppArgs) -> Application:
     """The server application (``import_path`` target): HTTP routes and the controller."""
     if isinstance(args, dict):
         args = ServerAppArgs.model_validate(args)
-    controller = RepositoryController.options(name=CONTROLLER_DEPLOYMENT_NAME).bind(args)
+    controller = RepositoryController.options(
+        name=CONTROLLER_DEPLOYMENT_NAME, ray_actor_options=copy.deepcopy(HEAD_NODE_ACTOR_OPTIONS)
+    ).bind(args)
     return TritonServer.options(
-        name=SERVER_DEPLOYMENT_NAME, num_replicas=1, ray_actor_options={"num_cpus": 0}
+        name=SERVER_DEPLOYMENT_NAME,
+        num_replicas=1,
+        ray_actor_options=copy.deepcopy(HEAD_NODE_ACTOR_OPTIONS),
     ).bind(controller)
 
 

@@ -126,6 +126,31 @@ def _infer(url: str, model: str, value: float, protocol: str = "http") -> float:
     return float(client.infer(model, [tensor]).as_numpy("OUT")[0, 0])
 
 
+def test_the_front_runs_on_the_head_node(multinode):
+    """The server, the repository controller and the frontends: never on a worker that can
+    go away with the repository's state."""
+    cluster, _, _ = multinode
+    workers = {worker["node_id"] for worker in cluster.description["workers"]}
+    code = (
+        "import json, ray\n"
+        "from ray._private import state\n"
+        "from cluster.local import loopback_kept\n"
+        f"with loopback_kept({cluster.address!r}) as ip:\n"
+        f"    ray.init(address={cluster.address!r}, _node_ip_address=ip, logging_level='ERROR')\n"
+        "alive = [a for a in state.actors().values() if a['State'] == 'ALIVE']\n"
+        "print(json.dumps([[a['Name'], a['Address']['NodeID']] for a in alive]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    actors = json.loads(result.stdout.strip().splitlines()[-1])
+    apps = ("rayton-server", "rayton-grpc", "rayton-metrics")
+    front = [a for a in actors if any(app in (a[0] or "") for app in apps)]
+    assert len(front) >= 4, actors  # server, repository controller, gRPC, metrics
+    assert not [a for a in front if a[1] in workers], front
+
+
 def test_gpu_group_becomes_half_gpu_replicas_pinned_per_gpu_over_both_nodes(multinode):
     cluster, http_url, grpc_url = multinode
     replicas = _status(http_url)["models"]["pinned"]["replicas"]
