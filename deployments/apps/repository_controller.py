@@ -187,10 +187,15 @@ class RepositoryController:
 
     def _hosts(self, placement: ModelPlacement) -> bool:
         """Whether a model placed so runs in the shared host (a CPU model with a fixed count,
-        when sharing is on): a GPU or autoscaled model needs deployments of its own."""
+        when sharing is on): a GPU, autoscaled or isolated model (an environment of its own)
+        needs deployments of its own."""
         if not (self.spec.deploy_models and self.spec.cpu_models == "shared"):
             return False
-        return not placement.uses_gpu and placement.groups[0].autoscaling_config is None
+        return (
+            not placement.uses_gpu
+            and not placement.isolated
+            and placement.groups[0].autoscaling_config is None
+        )
 
     async def _apply(self, models: list[RepositoryModel], deploy: bool) -> None:
         """Deploy ``models`` together and wait for each one's outcome."""

@@ -42,7 +42,7 @@ from repo_adapter.config import config_to_json_dict, config_to_json_text
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
-from repo_adapter.python_backend import model_loader, runtime
+from repo_adapter.python_backend import execution_env, model_loader, runtime
 from repo_adapter.python_backend.dtypes import as_protocol_array, enum_to_protocol
 from repo_adapter.python_backend.inference import (
     TRITONSERVER_REQUEST_RELEASE_ALL,
@@ -178,6 +178,9 @@ class PythonBackend(Backend):
 
     def _load_on_worker(self) -> None:
         path = self.model_file
+        archive = execution_env.execution_env_path(self.config, self.model.model_dir)
+        if archive is not None:  # the model's own packages, first on the import path
+            execution_env.activate(execution_env.prepare(archive, self.model.name))
         try:
             module = model_loader.import_model_file(path, self._module_name)
             model_cls = model_loader.model_class(module, path)

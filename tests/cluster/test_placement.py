@@ -180,3 +180,28 @@ def test_an_autoscaling_config_serve_refuses_is_a_clear_error():
     not_json = 'parameters { key: "AUTOSCALING_CONFIG" value: { string_value: "{" } }'
     with pytest.raises(ValueError, match="is not JSON"):
         placement_for(config(not_json))
+
+
+def test_a_runtime_env_parameter_reaches_every_group_and_isolates_the_model():
+    text = (
+        'parameters { key: "RAY_RUNTIME_ENV" value: { string_value: '
+        '\'{"env_vars": {"MODE": "fast"}}\' } } instance_group [ { kind: KIND_CPU count: 2 } ]'
+    )
+    placement = placement_for(config(text))
+    assert placement.isolated
+    assert placement.only.ray_actor_options["runtime_env"] == {"env_vars": {"MODE": "fast"}}
+
+
+def test_an_execution_env_isolates_the_model():
+    text = (
+        'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: '
+        '"$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }'
+    )
+    assert placement_for(config(text)).isolated
+    assert not placement_for(config("")).isolated
+
+
+def test_a_runtime_env_ray_refuses_is_a_clear_error():
+    bad = 'parameters { key: "RAY_RUNTIME_ENV" value: { string_value: \'{"pip": 5}\' } }'
+    with pytest.raises(ValueError, match="parameter 'RAY_RUNTIME_ENV'"):
+        placement_for(config(bad))
