@@ -30,7 +30,8 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-$(EXAMPLES)/.generated: $(STAMP) examples/generate_repository.py examples/builders.py
+$(EXAMPLES)/.generated: $(STAMP) examples/generate_repository.py examples/builders.py \
+		examples/minilm.py examples/text_embedding.py
 	$(BIN)/python -m examples.generate_repository --force
 	touch $@
 

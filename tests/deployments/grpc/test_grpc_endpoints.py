@@ -290,3 +290,13 @@ def test_bls_through_the_grpc_frontend_concurrently(grpc_url):
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         assert max(pool.map(send, range(16))) > 1
+
+
+def test_real_text_embeddings_over_grpc_equal_the_weights_run_in_process(grpc_url):
+    from examples.embed_client import embed
+    from examples.minilm import embed as reference
+
+    sentences = ["A man is eating food.", "A monkey is playing drums."]
+    served = embed(sentences, "text_embedding", grpc_url, "grpc")
+    cosines = (served * reference(sentences)).sum(axis=1)
+    assert served.shape == (2, 384) and cosines.min() >= 0.9999, cosines

@@ -181,6 +181,44 @@ def test_openvino_classifier_scores_as_the_onnx_one(client):
     np.testing.assert_allclose(openvino, onnx, rtol=1e-4, atol=1e-6)
 
 
+def test_the_example_savedmodel_is_completed_and_served(client):
+    config = client.get_model_config("mlp_tensorflow")
+    assert (config["backend"], config["platform"]) == ("tensorflow", "tensorflow_savedmodel")
+    features = np.random.default_rng(8).random((3, 16), dtype=np.float32)
+    inputs = [httpclient.InferInput("features", [3, 16], "FP32")]
+    inputs[0].set_data_from_numpy(features)
+    probabilities = client.infer("mlp_tensorflow", inputs).as_numpy("probabilities")
+    assert probabilities.shape == (3, 4)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+SENTENCES = [
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The girl is carrying a baby.",
+]
+
+
+@pytest.mark.parametrize("model", ["text_embedding", "text_embedding_openvino"])
+def test_real_text_embeddings_equal_the_weights_run_in_process(server, model):
+    """all-MiniLM-L6-v2's real weights: the ensemble's vectors, one request of three sentences
+    and three requests at once (batched across requests), against torch in-process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from examples.embed_client import embed
+    from examples.minilm import embed as reference
+
+    expected = reference(SENTENCES)
+    served = embed(SENTENCES, model, server.http_url, "http")
+    with ThreadPoolExecutor(3) as pool:
+        one_each = list(pool.map(lambda s: embed([s], model, server.http_url, "http"), SENTENCES))
+    for vectors in (served, np.vstack(one_each)):
+        assert vectors.shape == (3, 384)
+        cosines = (vectors * expected).sum(axis=1)
+        assert cosines.min() >= 0.9999, cosines
+    assert served[0] @ served[1] > 0.7 > served[0] @ served[2]  # the model means something
+
+
 def test_bytes_round_trip(client):
     binary_data = np.array([[b"hello", b"\x00\xffbinary", "üñí".encode()]], dtype=np.object_)
     text_data = np.array([["hello", "üñí"]], dtype=np.object_)  # JSON carries UTF-8 only
