@@ -1,5 +1,5 @@
 """Placement on a multi-node cluster: ``rayton cluster`` (``ray.cluster_utils.Cluster``: a head
-and two worker nodes with 4 logical GPUs and the per-GPU resources each) served by
+and two worker nodes with 2 logical GPUs and the per-GPU resources each) served by
 ``rayton serve --address``, read back from every replica with ``rayton status``.
 
 One cluster for the module; its own processes (not the session's cluster), each in a process
@@ -44,11 +44,10 @@ input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 instance_group [
   { name: "cpu" count: 1 kind: KIND_CPU },
-  { name: "gpu" count: 1 kind: KIND_GPU gpus: [ 3 ] }
+  { name: "gpu" count: 1 kind: KIND_GPU gpus: [ 1 ] }
 ]
 """
-# Room on one worker for every GPU replica, so a lost worker's replicas fit on the other.
-GPUS_PER_WORKER = 4
+GPUS_PER_WORKER = 2
 # Bounds for a 2-core machine running three raylets.
 NODE_LOSS_RECOVERY_S = 90
 
@@ -100,6 +99,8 @@ def multinode(tmp_path_factory):
     http_port, grpc_port = free_port(), free_port()
     command = rayton_serve_command(repository, http_port, grpc_port)
     command += ["--address", cluster.address, "--proxy-location", "HeadOnly"]
+    command += ["--model-control-mode", "explicit", "--load-model", "pinned"]
+    command += ["--load-model", "mixed"]
     server = ServerProcess(command, root / "serve.log", env)
     try:
         server.wait_http(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout_s=300)
@@ -173,9 +174,9 @@ def test_a_model_with_a_cpu_and_a_gpu_group_gets_both(multinode):
     model = _status(http_url)["models"]["mixed"]
     assert [v["state"] for v in model["versions"]] == ["READY"]
     deployments = Counter(r["deployment"] for r in model["replicas"])
-    assert deployments == {"mixed.cpu": 1, "mixed.gpu.gpu3": 1}
-    gpu = next(r for r in model["replicas"] if r["deployment"] == "mixed.gpu.gpu3")
-    assert gpu["cuda_visible_devices"] == "3"
+    assert deployments == {"mixed.cpu": 1, "mixed.gpu.gpu1": 1}
+    gpu = next(r for r in model["replicas"] if r["deployment"] == "mixed.gpu.gpu1")
+    assert gpu["cuda_visible_devices"] == "1"
     # Requests at once reach both groups, and the statistics count them all.
     results = []
     threads = [
@@ -194,6 +195,8 @@ def test_a_model_with_a_cpu_and_a_gpu_group_gets_both(multinode):
 
 def test_losing_a_worker_node_reschedules_its_replicas(multinode):
     cluster, http_url, _ = multinode
+    # One worker's 2 GPUs hold the pinned model's 4 half-GPU replicas, not the mixed one too.
+    httpclient.InferenceServerClient(http_url).unload_model("mixed")
     lost = cluster.description["workers"][0]
     failures: list[str] = []
     answered_at: list[float] = []
