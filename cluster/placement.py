@@ -233,15 +233,9 @@ def autoscaling_config(config: mc.ModelConfig) -> dict[str, Any] | None:
 
     Raises :class:`ValueError` with the reason for a value Serve would refuse.
     """
-    if AUTOSCALING_PARAMETER not in config.parameters:
+    value = _json_object_parameter(config, AUTOSCALING_PARAMETER)
+    if value is None:
         return None
-    text = config.parameters[AUTOSCALING_PARAMETER].string_value
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"parameter '{AUTOSCALING_PARAMETER}' is not JSON: {err}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"parameter '{AUTOSCALING_PARAMETER}' must be a JSON object")
     from pydantic import ValidationError
     from ray.serve.config import AutoscalingConfig
 
@@ -264,19 +258,26 @@ def ray_runtime_env(config: mc.ModelConfig) -> dict[str, Any] | None:
     """Ray's ``runtime_env`` for the model's replicas from its ``RAY_RUNTIME_ENV`` parameter
     (a JSON object: ``pip``, ``uv``, ``conda``, ``env_vars``, ...), checked by Ray's own
     ``RuntimeEnv``; None when not set. Raises :class:`ValueError` with the reason."""
-    if RUNTIME_ENV_PARAMETER not in config.parameters:
+    value = _json_object_parameter(config, RUNTIME_ENV_PARAMETER)
+    if value is None:
         return None
-    text = config.parameters[RUNTIME_ENV_PARAMETER].string_value
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"parameter '{RUNTIME_ENV_PARAMETER}' is not JSON: {err}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"parameter '{RUNTIME_ENV_PARAMETER}' must be a JSON object")
     from ray.runtime_env import RuntimeEnv
 
     try:
         RuntimeEnv(**value)
     except Exception as err:  # Ray raises TypeError / ValueError / its own for bad fields
         raise ValueError(f"parameter '{RUNTIME_ENV_PARAMETER}': {err}") from None
+    return value
+
+
+def _json_object_parameter(config: mc.ModelConfig, key: str) -> dict[str, Any] | None:
+    """The JSON object a ``parameters`` entry holds (None when absent); ValueError otherwise."""
+    if key not in config.parameters:
+        return None
+    try:
+        value = json.loads(config.parameters[key].string_value)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"parameter '{key}' is not JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"parameter '{key}' must be a JSON object")
     return value

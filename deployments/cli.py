@@ -205,11 +205,16 @@ def cmd_build(args: argparse.Namespace) -> int:
         "# ray_actor_options, max_ongoing_requests) under its application's `deployments`.\n"
     )
     write_serve_config(Path(args.output), config, header)
+    _print_scan(scanned, args.output)
+    return 0
+
+
+def _print_scan(scanned: dict, output: str) -> None:
+    """Each model's state as the written config will serve it, then where it went."""
     for name, model in scanned.items():
         state = "READY" if model.available else f"UNAVAILABLE: {model.error}"
         print(f"{name:32s} {state}")
-    print(f"wrote {args.output}")
-    return 0
+    print(f"wrote {output}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -486,10 +491,7 @@ def cmd_kuberay(args: argparse.Namespace) -> int:
         f"{spec.image} .`\n"
     )
     write_manifest(Path(args.output), rayservice(config, spec), header)
-    for name, model in scanned.items():
-        state = "READY" if model.available else f"UNAVAILABLE: {model.error}"
-        print(f"{name:32s} {state}")
-    print(f"wrote {args.output}")
+    _print_scan(scanned, args.output)
     return 0
 
 

@@ -109,3 +109,19 @@ def compare_dims(config, name: str, model: list[int], dims: list[int], exact: bo
             f"{prefix}the model expects {len(model)} dimensions (shape {model}) but the model "
             f"configuration specifies {len(dims)} dimensions (shape {dims})"
         )
+
+
+def complete_config(
+    config: mc.ModelConfig, inputs: dict[str, TensorInfo], outputs: dict[str, TensorInfo]
+) -> None:
+    """Auto-complete from what the model file declares: ``max_batch_size``, then each side the
+    config leaves empty is filled and each side it gives is checked against the model."""
+    complete_max_batch(config, inputs, outputs)
+    for kind, tensors, infos in (
+        ("input", config.input, inputs),
+        ("output", config.output, outputs),
+    ):
+        if tensors:
+            check_tensors(config, kind, tensors, infos)
+        else:
+            fill_tensors(tensors, infos, config.max_batch_size)

@@ -21,8 +21,7 @@ from repo_adapter.backends.model_io import (
     TensorInfo,
     autocomplete_file,
     check_tensors,
-    complete_max_batch,
-    fill_tensors,
+    complete_config,
 )
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 
@@ -94,15 +93,7 @@ class OnnxRuntimeBackend(TensorBackend):
         session = _open_session(options, path, ["CPUExecutionProvider"], config)
         inputs = _infos(config, session.get_inputs())
         outputs = _infos(config, session.get_outputs())
-        complete_max_batch(config, inputs, outputs)
-        for kind, tensors, infos in (
-            ("input", config.input, inputs),
-            ("output", config.output, outputs),
-        ):
-            if tensors:
-                check_tensors(config, kind, tensors, infos)
-            else:
-                fill_tensors(tensors, infos, config.max_batch_size)
+        complete_config(config, inputs, outputs)
 
     def load(self) -> None:
         ort = _ort()

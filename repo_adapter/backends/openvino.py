@@ -23,8 +23,7 @@ from repo_adapter.backends.model_io import (
     TensorInfo,
     autocomplete_file,
     check_tensors,
-    complete_max_batch,
-    fill_tensors,
+    complete_config,
 )
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 
@@ -82,15 +81,7 @@ class OpenVinoBackend(TensorBackend):
         model = _read(_ov().Core(), path, config)
         inputs = _infos(config, model.inputs)
         outputs = _infos(config, model.outputs)
-        complete_max_batch(config, inputs, outputs)
-        for kind, tensors, infos in (
-            ("input", config.input, inputs),
-            ("output", config.output, outputs),
-        ):
-            if tensors:
-                check_tensors(config, kind, tensors, infos)
-            else:
-                fill_tensors(tensors, infos, config.max_batch_size)
+        complete_config(config, inputs, outputs)
 
     def load(self) -> None:
         ov = _ov()

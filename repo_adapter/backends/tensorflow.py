@@ -24,8 +24,7 @@ from repo_adapter.backends.model_io import (
     TensorInfo,
     autocomplete_file,
     check_tensors,
-    complete_max_batch,
-    fill_tensors,
+    complete_config,
 )
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 
@@ -77,15 +76,7 @@ class TensorFlowBackend(TensorBackend):
         if path is None or not path.is_dir():
             return  # the repository scan reports the missing version or directory
         inputs, outputs = _signature_infos(config, _load_signature(config, path))
-        complete_max_batch(config, inputs, outputs)
-        for kind, tensors, infos in (
-            ("input", config.input, inputs),
-            ("output", config.output, outputs),
-        ):
-            if tensors:
-                check_tensors(config, kind, tensors, infos)
-            else:
-                fill_tensors(tensors, infos, config.max_batch_size)
+        complete_config(config, inputs, outputs)
 
     def load(self) -> None:
         path = self.model.model_path
