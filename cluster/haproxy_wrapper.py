@@ -10,6 +10,8 @@ for rayton.
   those ``errorfile`` lines at a page with Triton's JSON error body and gives any other
   non-JSON 5xx of the HTTP frontend that body, so every error a client sees is
   ``{"error": ...}``.
+* **gRPC routing** (when rayton's gRPC frontend is behind Serve's HAProxy): Triton's
+  ``ModelInfer`` goes straight to the model's replicas (:mod:`cluster.grpc_routing`).
 
 For a cluster rayton starts itself, Serve runs the wrapper (``RAY_SERVE_HAPROXY_BINARY_PATH``):
 it edits the config file Serve passes with ``-f`` in place, then runs the real binary with the
@@ -25,6 +27,7 @@ import os
 import shlex
 import shutil
 import stat
+import sys
 import tempfile
 
 NO_REPLICA_ANSWERED = (
@@ -45,6 +48,7 @@ for argument in "$@"; do
   if [ "$previous" = "-f" ]; then
     sed -i {binds}-e 's|^\\([[:space:]]*errorfile [0-9][0-9]*\\) .*$|\\1 {error_page}|' \\
       -e '/^frontend http_frontend/a\\    {json_rule}' "$argument"
+    {grpc_routing}
   fi
   previous="$argument"
 done
@@ -75,10 +79,24 @@ def error_page() -> bytes:
     return head.encode() + body
 
 
-def haproxy_wrapper(host: str) -> str | None:
+def _grpc_routing_step(grpc_routing: tuple[str, str] | None) -> str:
+    """The wrapper's line that edits the config for Triton's gRPC routing (none without)."""
+    if grpc_routing is None:
+        return ""
+    frontend, host_app = grpc_routing
+    command = shlex.join([sys.executable, "-m", "cluster.grpc_routing", frontend, host_app])
+    # A failed edit leaves gRPC unrouted but HTTP serving: say so instead of stopping HAProxy.
+    return f'{command} "$argument" || echo "rayton: gRPC routing not applied" >&2'
+
+
+def haproxy_wrapper(host: str, grpc_routing: tuple[str, str] | None = None) -> str | None:
     """Path of an executable that runs Serve's HAProxy with its listeners on ``host`` (left
     alone where ``host`` is every interface or cannot be written into a bind) and Triton's
-    error page; None where no HAProxy binary is installed."""
+    error page; None where no HAProxy binary is installed.
+
+    ``grpc_routing``: ``(frontend, host_app)``, the address of rayton's gRPC frontend and the
+    shared host's application, when Serve's gRPC ingress is on (:mod:`cluster.grpc_routing`).
+    """
     try:
         from ray.serve._private.haproxy import get_haproxy_binary
 
@@ -102,6 +120,7 @@ def haproxy_wrapper(host: str) -> str | None:
                 error_page=page,
                 json_rule=_JSON_RULE.format(body=body),
                 binary=shlex.quote(binary),
+                grpc_routing=_grpc_routing_step(grpc_routing),
             )
         )
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)

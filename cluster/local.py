@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
 
 from cluster.haproxy_wrapper import haproxy_wrapper
+from cluster.serve_binds import SERVE_GRPC_HOST_ENV, SETUP_HOOK
 
 # Serve's fast ingress: HAProxy in front, requests straight to replicas, user code on the
 # replica's main loop. Set before Ray starts so the controller and proxies inherit them.
@@ -29,13 +31,17 @@ LOCAL_CLUSTER_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 
 
 def apply_serving_environment(
-    fast_ingress: bool = True, own_cluster: bool = True, host: str = "127.0.0.1"
+    fast_ingress: bool = True,
+    own_cluster: bool = True,
+    host: str = "127.0.0.1",
+    grpc_routing: tuple[str, str] | None = None,
 ) -> None:
     """Set (without overriding the user's) the environment Ray's processes must start with:
     before Ray starts, so the controller, proxies and replicas inherit it.
 
     ``own_cluster``: a cluster this process starts (also its short draining period and
-    HAProxy's listeners on ``host`` with Triton's JSON error page).
+    HAProxy's listeners on ``host`` with Triton's JSON error page). ``grpc_routing``: Serve's
+    gRPC ingress is on, with rayton's frontend and host there (:mod:`cluster.grpc_routing`).
     """
     settings = {**SERVING_ENV, **(FAST_INGRESS_ENV if fast_ingress else {})}
     if fast_ingress:
@@ -47,9 +53,20 @@ def apply_serving_environment(
     for key, value in settings.items():
         os.environ.setdefault(key, value)
     if own_cluster and fast_ingress:
-        wrapper = haproxy_wrapper(host)
+        if grpc_routing is not None:
+            os.environ.setdefault(SERVE_GRPC_HOST_ENV, host)
+            # Serve's fallback proxy (HAProxy's backup server) takes a fixed gRPC port, 9500,
+            # by default: a second server on this machine, or anything else there, would clash.
+            os.environ.setdefault("RAY_SERVE_FALLBACK_PROXY_GRPC_PORT", str(_free_port(host)))
+        wrapper = haproxy_wrapper(host, grpc_routing)
         if wrapper:
             os.environ.setdefault("RAY_SERVE_HAPROXY_BINARY_PATH", wrapper)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
 
 
 def start_ray(
@@ -58,11 +75,16 @@ def start_ray(
     dashboard_port: int = 8265,
     num_cpus: int | None = None,
     fast_ingress: bool = True,
+    grpc_routing: tuple[str, str] | None = None,
 ) -> dict[str, str]:
-    """Join ``address`` or start a local cluster bound to ``host``; returns its endpoints."""
+    """Join ``address`` or start a local cluster bound to ``host``; returns its endpoints.
+
+    ``grpc_routing`` (a cluster of its own only): ``(frontend address, host application)``
+    when Serve's gRPC ingress carries Triton's gRPC (:mod:`cluster.grpc_routing`).
+    """
     import ray
 
-    apply_serving_environment(fast_ingress, own_cluster=not address, host=host)
+    apply_serving_environment(fast_ingress, not address, host, grpc_routing)
     if address:
         # A joined cluster's workers do not inherit this environment; the job's runtime_env
         # reaches the replicas this job deploys.
@@ -84,6 +106,8 @@ def start_ray(
             dashboard_port=dashboard_port,
             _node_ip_address=host,
             logging_level="WARNING",
+            # Serve's gRPC servers on ``host`` too, not every interface (cluster/serve_binds.py)
+            runtime_env={"worker_process_setup_hook": SETUP_HOOK} if grpc_routing else None,
         )
     dashboard = context.dashboard_url or ""
     if dashboard and not dashboard.startswith("http"):

@@ -43,6 +43,11 @@ _DRAIN_TIMEOUT_S = 30.0
 _DRAIN_POLL_S = 0.2
 
 
+GRPC_AUTO, GRPC_HAPROXY, GRPC_FRONTEND = "auto", "haproxy", "frontend"
+# Serve's gRPC ingress serves Triton's service: its replicas' methods answer its RPCs.
+TRITON_SERVICER = "tritonclient.grpc.service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server"
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-host", default="127.0.0.1", help="HTTP bind address")
     parser.add_argument("--http-port", type=int, default=8000)
@@ -148,6 +153,40 @@ def _grpc(args: argparse.Namespace) -> dict[str, object]:
     return {"grpc_port": args.grpc_port, "grpc_host": args.grpc_host or args.http_host}
 
 
+def _grpc_ingress_problem(args: argparse.Namespace) -> str:
+    """Why HAProxy cannot carry this server's gRPC ("" when it can): it binds gRPC on the
+    HTTP host, and only a cluster rayton starts runs rayton's HAProxy wrapper."""
+    if not args.grpc_port:
+        return "the gRPC endpoint is off (--grpc-port 0)"
+    if args.address:
+        return "a joined cluster's HAProxy is not rayton's (--address)"
+    if (args.grpc_host or args.http_host) != args.http_host:
+        return "Serve's HAProxy binds gRPC on the HTTP host (--grpc-host differs)"
+    return ""
+
+
+def _choose_grpc_ingress(args: argparse.Namespace) -> str:
+    """Set ``args.grpc_routed`` and, when routed, ``args.grpc_frontend_port`` (the gRPC
+    frontend's own port behind HAProxy); returns a usage error or ""."""
+    problem = _grpc_ingress_problem(args)
+    args.grpc_routed = args.grpc_ingress != GRPC_FRONTEND and not problem
+    if args.grpc_ingress == GRPC_HAPROXY and problem:
+        return f"--grpc-ingress haproxy: {problem}"
+    if args.grpc_routed:
+        with socket.socket(socket.AF_INET6 if ":" in args.http_host else socket.AF_INET) as probe:
+            probe.bind((args.http_host, 0))
+            args.grpc_frontend_port = probe.getsockname()[1]
+    return ""
+
+
+def _grpc_frontend(args: argparse.Namespace) -> dict[str, object]:
+    """plan_applications keywords for rayton's gRPC frontend: the public endpoint, or behind
+    HAProxy its own port on the same host."""
+    if not getattr(args, "grpc_routed", False):
+        return _grpc(args)
+    return {"grpc_port": args.grpc_frontend_port, "grpc_host": args.http_host}
+
+
 def _metrics(args: argparse.Namespace) -> MetricsAppArgs | None:
     """The metrics application's settings (None with --allow-metrics false).
 
@@ -225,6 +264,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.trace_fields = _trace_fields(args)
     except ValueError as err:
         problem = problem or str(err)
+    problem = problem or _choose_grpc_ingress(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -236,8 +276,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ray.serve.api import RunTarget
 
     from cluster.local import start_ray
+    from deployments.apps.handles import HOST_APP_NAME
 
-    endpoints = start_ray(args.address, args.http_host, args.dashboard_port)
+    routing = None
+    if args.grpc_routed:
+        routing = (f"{args.http_host}:{args.grpc_frontend_port}", HOST_APP_NAME)
+    endpoints = start_ray(args.address, args.http_host, args.dashboard_port, grpc_routing=routing)
     # After ray.init (which installs its own handlers), before deploying: a signal while
     # deploying must still shut down what was started.
     stop = threading.Event()
@@ -305,10 +349,14 @@ def _deploy(args: argparse.Namespace, metrics: MetricsAppArgs | None, serve, run
         log_format=args.log_format,
         **args.trace_fields,
     )
-    plans = front_applications(server_args, **_grpc(args), metrics=metrics)
+    plans = front_applications(server_args, **_grpc_frontend(args), metrics=metrics)
+    grpc_options = None
+    if args.grpc_routed:  # Serve's gRPC ingress on the public port, behind HAProxy
+        grpc_options = {"port": args.grpc_port, "grpc_servicer_functions": [TRITON_SERVICER]}
     serve.start(
         proxy_location=args.proxy_location,
         http_options={"host": args.http_host, "port": args.http_port},
+        grpc_options=grpc_options,
     )
     targets = [
         run_target(
@@ -360,7 +408,8 @@ def _print_endpoints(
     print(f"\n  HTTP (KServe v2 / Triton):  http://{args.http_host}:{args.http_port}")
     grpc = _grpc(args)
     if grpc:
-        print(f"  gRPC (Triton):              {grpc['grpc_host']}:{grpc['grpc_port']}")
+        path = "HAProxy -> model replicas" if args.grpc_routed else "rayton's gRPC frontend"
+        print(f"  gRPC (Triton):              {grpc['grpc_host']}:{grpc['grpc_port']} ({path})")
     if metrics is not None:
         print(
             f"  Metrics (Prometheus):       "
@@ -592,6 +641,15 @@ def main(argv: list[str] | None = None) -> int:
         default="EveryNode",
         help="Serve's proxies (HTTP ingress) on every node, or on the head node only (for "
         "nodes that share one address, as `rayton cluster` starts them)",
+    )
+    run.add_argument(
+        "--grpc-ingress",
+        choices=(GRPC_AUTO, GRPC_HAPROXY, GRPC_FRONTEND),
+        default=GRPC_AUTO,
+        help="how gRPC reaches the models: 'haproxy' routes each ModelInfer by its model name "
+        "straight to the model's replicas (Serve's gRPC ingress; needs a cluster rayton starts "
+        "and gRPC on the HTTP host), 'frontend' sends every call through rayton's gRPC "
+        "replica and a deployment handle; 'auto' (default): haproxy where possible",
     )
     run.add_argument("--dashboard-port", type=int, default=8265)
     _add_common(run)

@@ -2,7 +2,9 @@
 
 The replica runs a :mod:`deployments.grpc.server` (started in its ``async def __init__``, on the
 replica's event loop) and forwards each RPC through deployment handles. The application has
-no HTTP route (``route_prefix: null``).
+no HTTP route (``route_prefix: null``). It listens on the public gRPC port, or, where Serve's
+HAProxy carries gRPC (``rayton serve --grpc-ingress haproxy``), on a port of its own behind it,
+answering every call but a model's ``ModelInfer`` (:mod:`cluster.grpc_routing`).
 
 Deployment: ``num_replicas: 1``, ``num_cpus: 0``. Multi-node clusters (not implemented here):
 run one gRPC replica per node (``max_replicas_per_node: 1``, ``num_replicas`` = nodes) behind a

@@ -23,6 +23,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.grpc import service_pb2 as pb
 
 from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
@@ -44,7 +45,14 @@ from deployments.core.served_model import ServedModel
 from deployments.core.server_core import ServerCore
 from deployments.core.single_model import SingleModel
 from deployments.core.tracing import TRACER
-from deployments.grpc.model_infer import infer_serialized
+from deployments.grpc.model_infer import (
+    SerializedMessage,
+    answer_grpc,
+    infer_routed,
+    infer_serialized,
+)
+from deployments.grpc.routing import InferRoute
+from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
@@ -81,7 +89,9 @@ class TritonModelHost:
         install_bls(local_model=self._ready_slot)
         self._members = ModelHandles()
         self._endpoints: dict[str, ModelHttpEndpoints] = {}
-        self._server = ServerHttpEndpoints(ServerCore(ModelHandles(), ControllerRepository()))
+        core = ServerCore(ModelHandles(), ControllerRepository())
+        self._server = ServerHttpEndpoints(core)
+        self._grpc = TritonGrpcServicer(core)
         self._started = False
 
     # ------------------------------------------------------------------ the hosted set
@@ -151,6 +161,22 @@ class TritonModelHost:
         if endpoints is None:
             return await self._server.handle(request)
         return await endpoints.handle(request)
+
+    # ------------------------------------------------------------------ gRPC
+
+    async def ModelInfer(  # the RPC's name: Serve's gRPC ingress calls it
+        self, request: pb.ModelInferRequest, grpc_context: Any = None
+    ) -> SerializedMessage:
+        """Triton's ``ModelInfer`` from Serve's gRPC ingress: HAProxy sends here each model
+        without an application of its own (cluster/grpc_routing.py)."""
+        slot = self.host.slots.get(request.model_name)
+        if slot is not None:
+            return await answer_grpc(infer_routed(slot.infer, request), grpc_context)
+        # Not hosted: unknown, unavailable, or just deployed on its own (HAProxy's routes lag
+        # behind Serve's): answered as the gRPC frontend answers it.
+        route = InferRoute(request.model_name, request.model_version, request.id)
+        forwarded = self._grpc.forward_infer(route, request.SerializeToString())
+        return await answer_grpc(forwarded, grpc_context)
 
     # ------------------------------------------------------------------ handle methods
 

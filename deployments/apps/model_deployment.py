@@ -24,6 +24,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.grpc import service_pb2 as pb
 
 from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
@@ -36,7 +37,12 @@ from deployments.core.served_model import ServedModel, VersionState
 from deployments.core.single_model import SingleModel
 from deployments.core.statistics import merge_entries
 from deployments.core.tracing import TRACER
-from deployments.grpc.model_infer import infer_serialized
+from deployments.grpc.model_infer import (
+    SerializedMessage,
+    answer_grpc,
+    infer_routed,
+    infer_serialized,
+)
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from repo_adapter.backends import InstanceSpec
@@ -93,6 +99,13 @@ class ServedModelDeployment:
     async def infer_grpc(self, message: bytes, stream: bool = False) -> bytes:
         """A serialized ``ModelInferRequest`` -> its serialized response (gRPC frontend)."""
         return await infer_serialized(self.slot.infer, message, stream)
+
+    async def ModelInfer(  # the RPC's name: Serve's gRPC ingress calls it
+        self, request: pb.ModelInferRequest, grpc_context: Any = None
+    ) -> SerializedMessage:
+        """Triton's ``ModelInfer`` straight from Serve's gRPC ingress (HAProxy routed it here
+        by its model name: see cluster/grpc_routing.py)."""
+        return await answer_grpc(infer_routed(self.slot.infer, request), grpc_context)
 
     def metadata(self, version: str = "") -> dict[str, Any]:
         return self.slot.metadata(version)

@@ -9,12 +9,18 @@ to gRPC statuses (unary) or error messages (streams).
 A traced request's gRPC stamps are this replica's side of the exchange: ``GRPC_WAITREAD_*``
 around decoding the message the frontend forwarded, ``GRPC_SEND_*`` around encoding the
 reply (the frontend's receive and send are not in the trace).
+
+Where HAProxy routes ``ModelInfer`` by model name (:mod:`cluster.grpc_routing`), the call
+reaches the model's replica through Serve's own gRPC ingress, parsed already, with no
+frontend on the way: :func:`infer_routed` answered by :func:`answer_grpc`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
@@ -23,6 +29,8 @@ from deployments.core.tracing import TRACER
 from deployments.grpc import codec
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
+
+logger = logging.getLogger(__name__)
 
 InferFn = Callable[[InferRequest], Awaitable[InferResponse]]
 
@@ -45,7 +53,18 @@ async def infer_serialized(infer: InferFn, message: bytes, stream: bool = False)
     empty final responses).
     """
     read_start_ns = time.monotonic_ns()
-    request_message = parse_infer_request(message)
+    return await infer_message(infer, parse_infer_request(message), stream, read_start_ns)
+
+
+async def infer_message(
+    infer: InferFn,
+    request_message: pb.ModelInferRequest,
+    stream: bool = False,
+    read_start_ns: int | None = None,
+) -> bytes:
+    """:func:`infer_serialized` for a request parsed already (Serve's gRPC ingress parses it);
+    ``read_start_ns``: when reading it began (None: now)."""
+    read_start_ns = read_start_ns or time.monotonic_ns()
     request, empty_final = codec.decode_infer_request(request_message)
     trace = request.trace = TRACER.start(request.model_name, request.id)
     if trace is not None:
@@ -66,3 +85,38 @@ async def infer_serialized(infer: InferFn, message: bytes, stream: bool = False)
         if trace is not None:
             trace.stamp("GRPC_SEND_END")
             TRACER.finish(trace)
+
+
+class SerializedMessage:
+    """A reply already serialized, where Serve's gRPC ingress expects a message object (it
+    calls ``SerializeToString``; grpc takes exactly ``bytes``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes = b"") -> None:
+        self.data = data
+
+    def SerializeToString(self) -> bytes:  # protobuf's name
+        return self.data
+
+
+async def infer_routed(infer: InferFn, request: pb.ModelInferRequest) -> bytes:
+    """A ``ModelInfer`` that HAProxy routed to this model's replica by the model it names
+    (:mod:`cluster.grpc_routing`), parsed by Serve's gRPC ingress."""
+    # Triton's order, as in the frontend: the version string first, then the contents.
+    codec.parse_model_version(request.model_version)
+    return await infer_message(infer, request)
+
+
+async def answer_grpc(call: Awaitable[bytes], context: Any) -> SerializedMessage:
+    """The reply of a call received through Serve's gRPC ingress; an error becomes the call's
+    gRPC status, set on Serve's ``context``, as the frontend answers it."""
+    try:
+        return SerializedMessage(await call)
+    except Exception as err:
+        if not isinstance(err, InferenceServerError):
+            logger.exception("gRPC ModelInfer failed")
+        code, details = codec.grpc_status(err)
+        context.set_code(code)
+        context.set_details(details)
+        return SerializedMessage()

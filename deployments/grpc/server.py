@@ -1,9 +1,11 @@
 """A ``grpc.aio`` server answering Triton's gRPC protocol (and gRPC health) from a ServerCore.
 
 Serve's own gRPC proxy routes by an ``application`` metadata key that ``tritonclient`` never
-sends, and pickles every message on the way, so it is not used: the ``rayton-grpc``
-application's replica (:mod:`deployments.apps.grpc_deployment`) runs this server on its event
-loop. ``ModelInfer`` goes straight to the model's replicas as the request's wire bytes.
+sends, and pickles every message on the way: the ``rayton-grpc`` application's replica
+(:mod:`deployments.apps.grpc_deployment`) runs this server on its event loop instead, either
+on the public port or behind Serve's HAProxy, which then sends each model's ``ModelInfer``
+to the model's replicas itself (:mod:`cluster.grpc_routing`). ``ModelInfer`` that reaches
+this server goes to the model's replicas as the request's wire bytes.
 
 The port is bound without ``SO_REUSEPORT``, so a second server on the same port fails to start
 instead of silently sharing it; a server waits up to :data:`BIND_WAIT_S` for the port, so a

@@ -87,9 +87,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if not await self.core.is_deployed(model):
             raise await self.core.undeployed_model_error(model, version, action)
 
-    async def _forward_infer(
-        self, route: InferRoute, message: bytes, stream: bool = False
-    ) -> bytes:
+    async def forward_infer(self, route: InferRoute, message: bytes, stream: bool = False) -> bytes:
         """Send a request's wire bytes to its model's replicas; returns theirs."""
         # Triton's order: version string, then the model; the replica checks the contents.
         version = codec.parse_model_version(route.model_version)
@@ -153,7 +151,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, message: bytes, context) -> bytes:
-        return await self._forward_infer(read_infer_route(message), message)
+        return await self.forward_infer(read_infer_route(message), message)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[bytes], context
@@ -189,7 +187,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             route = read_infer_route(message)
             request_id = route.id
-            return await self._forward_infer(route, message, stream=True)
+            return await self.forward_infer(route, message, stream=True)
         except Exception as err:
             if not isinstance(err, InferenceServerError):
                 logger.exception("gRPC ModelStreamInfer request failed")

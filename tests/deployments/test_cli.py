@@ -192,6 +192,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             inputs = [grpcclient.InferInput("IN", [1, 1], "BYTES")]
             inputs[0].set_data_from_numpy(big)
             assert client.infer("bytes_identity", inputs).as_numpy("OUT")[0, 0] == big[0, 0]
+        check_model_infer_skipped_the_frontend(lines)
         check_listeners_are_loopback(server, lines, (port, grpc_port))
         # Last: the crash takes the shared host down. HAProxy's answer is Triton's JSON too.
         crash = urllib.request.Request(
@@ -290,16 +291,34 @@ def crash_answer(request: urllib.request.Request) -> tuple[int, str]:
 
 # Serve's HAProxy stats page and Prometheus exporter (Ray's defaults; rayton moves their binds)
 HAPROXY_PORTS = (8404, 9101)
+# Serve's gRPC servers with its gRPC ingress on: the replicas' (HAProxy's backends) and the
+# fallback proxy's; Ray binds them on every interface, rayton on the serving host.
+SERVE_GRPC_PORTS = (*range(40000, 41001), 9500)
+
+
+def check_model_infer_skipped_the_frontend(lines: list[str]) -> None:
+    """HAProxy sent the gRPC ModelInfer straight to the shared host's replica (its exporter
+    counts the calls per backend), not through rayton's gRPC frontend."""
+    (endpoint,) = [line for line in lines if line.strip().startswith("gRPC (Triton)")]
+    assert endpoint.endswith("(HAProxy -> model replicas)\n"), endpoint
+    with urllib.request.urlopen(f"http://127.0.0.1:{HAPROXY_PORTS[1]}/metrics", timeout=30) as f:
+        page = f.read().decode()
+    counted = [
+        float(line.rsplit(" ", 1)[1])
+        for line in page.splitlines()
+        if line.startswith('haproxy_backend_http_requests_total{proxy="grpc-rayton-models"')
+    ]
+    assert counted and counted[0] >= 1, counted
 
 
 def check_listeners_are_loopback(server, lines: list[str], ports: tuple[int, ...]) -> None:
     """Every listener rayton controls (HTTP, gRPC, metrics, dashboard, HAProxy's stats and
-    exporter) is on 127.0.0.1; Ray's own (GCS, raylet, workers), which Ray binds on every
-    interface, are the ones the README names."""
+    exporter, Serve's gRPC servers) is on 127.0.0.1; Ray's own (GCS, raylet, workers), which
+    Ray binds on every interface, are the ones the README names."""
     command = server.args
     dashboard = int(command[command.index("--dashboard-port") + 1])
     metrics = int(command[command.index("--metrics-port") + 1])
-    controlled = {*ports, dashboard, metrics, *HAPROXY_PORTS}
+    controlled = {*ports, dashboard, metrics, *HAPROXY_PORTS, *SERVE_GRPC_PORTS}
     listeners = listening_sockets(session_pids(server.pid))
     exposed = [s.describe() for s in listeners if s.port in controlled and not s.loopback]
     assert not exposed, "rayton's listeners off loopback:\n" + "\n".join(exposed)

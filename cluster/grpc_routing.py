@@ -1,0 +1,104 @@
+"""Triton's gRPC ``ModelInfer`` routed by HAProxy straight to the model's replicas.
+
+Serve's HAProxy routes a gRPC call to an application by its ``application`` metadata, which
+``tritonclient`` never sends; without it every call went through rayton's gRPC frontend
+replica and a deployment handle (a second hop that cost the model replica twice its HTTP CPU).
+This edit of the config Serve writes makes HAProxy read the model name itself:
+``ModelInferRequest`` field 1 (``model_name``) is the first field protobuf writes, so the
+first bytes of the body name the model however large the tensors are. HAProxy sets that name
+as the ``application`` header, and Serve's own rules send the call to the model's application
+(named after the model), whose replicas answer it through Serve's direct gRPC ingress
+(``ServedModelDeployment.ModelInfer``). A model of the shared CPU host has no application of
+its own: its calls go to the host's (named so on the way). Every other call (health,
+metadata, repository, statistics, streams, a compressed or malformed request) goes to
+rayton's gRPC frontend, which answers it as before.
+
+Run by the HAProxy wrapper (:mod:`cluster.haproxy_wrapper`) on the file Serve passes with
+``-f``, before the real binary starts: ``python -m cluster.grpc_routing FRONTEND HOST_APP FILE``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+FRONTEND_BACKEND = "rayton_grpc_frontend"
+_INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+# Enough of a large body to hold the model name; a small body is read whole.
+_HEAD_BYTES = "4k"
+# A unary call's body follows its headers at once; this only bounds a client that stalls.
+_BODY_WAIT = "30s"
+_SECTION = re.compile(r"^(frontend|backend|listen|defaults|global)\b")
+
+
+def _routing_rules() -> list[str]:
+    return [
+        "    # rayton: ModelInfer goes to the application of the model it names (field 1 of",
+        "    # ModelInferRequest, after the 5-byte gRPC prefix); see cluster/grpc_routing.py.",
+        f"    acl rayton_model_infer path {_INFER_PATH}",
+        "    http-request del-header application",
+        f"    http-request wait-for-body time {_BODY_WAIT} at-least {_HEAD_BYTES}"
+        " if rayton_model_infer",
+        "    http-request set-header application %[req.body,bytes(5),protobuf(1)]"
+        " if rayton_model_infer",
+    ]
+
+
+def _frontend_backend(frontend: str) -> list[str]:
+    return [
+        f"backend {FRONTEND_BACKEND}",
+        "    # rayton's gRPC frontend: every call that is not a model's ModelInfer",
+        "    mode http",
+        "    log global",
+        f"    server rayton-grpc-frontend {frontend} proto h2",
+    ]
+
+
+def route_model_infer(config: str, frontend: str, host_app: str) -> str:
+    """``config`` (Serve's HAProxy config) with Triton's gRPC routing; ``frontend`` is the
+    ``host:port`` of rayton's gRPC frontend, ``host_app`` the shared CPU host's application.
+    A config without Serve's gRPC frontend (gRPC off) comes back unchanged."""
+    lines = config.splitlines()
+    try:
+        start = lines.index("frontend grpc_frontend")
+    except ValueError:
+        return config
+    end = next((i for i in range(start + 1, len(lines)) if _SECTION.match(lines[i])), len(lines))
+    section = lines[start:end]
+    backends = {line.split()[1] for line in lines if line.startswith("backend ")}
+    host_backend = f"grpc-{host_app}"
+    edited = [section[0]]
+    rules_added = False
+    for line in section[1:]:
+        if line.strip().startswith("default_backend"):
+            if host_backend in backends:  # a model it hosts, or one not (yet) deployed
+                edited.append(f"    use_backend {host_backend} if rayton_model_infer")
+            edited.append(f"    default_backend {FRONTEND_BACKEND}")
+            continue
+        edited.append(line)
+        if not rules_added and line.strip() == "log global":
+            edited.extend(_routing_rules())
+            rules_added = True
+    if not rules_added:  # Serve's template changed shape: route nothing rather than guess
+        return config
+    rest = lines[end:]
+    if host_backend in backends:
+        # Serve's replica answers only calls naming its application: the host's, here.
+        at = rest.index(f"backend {host_backend}") + 1
+        rest[at:at] = [f"    http-request set-header application {host_app}"]
+    result = [*lines[:start], *edited, *rest, *_frontend_backend(frontend)]
+    return "\n".join(result) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Edit the config file in place: ``FRONTEND HOST_APP FILE``."""
+    frontend, host_app, path = argv if argv is not None else sys.argv[1:]
+    with open(path, encoding="utf-8") as f:
+        config = f.read()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(route_model_infer(config, frontend, host_app))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

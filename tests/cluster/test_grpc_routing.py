@@ -1,0 +1,213 @@
+"""HAProxy routing Triton's ModelInfer by model name (cluster/grpc_routing.py), checked with
+the real HAProxy binary: the edited config must load, and calls from the real tritonclient
+must reach the backend the model names (a small gRPC server per backend records them)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2 as pb
+
+from cluster.grpc_routing import FRONTEND_BACKEND, route_model_infer
+from cluster.haproxy_wrapper import haproxy_wrapper
+from cluster.serve_binds import bound_address
+
+HOST_APP = "rayton-models"
+
+
+def serve_config(port: int, backends: dict[str, int]) -> str:
+    """The gRPC part of the config Ray 2.60's Serve writes (its template's shape), with one
+    application backend per entry of ``backends`` (application -> server port)."""
+    rules = "".join(
+        f"    acl is_grpc-{app} req.hdr(application) -m str {app}\n"
+        f"    use_backend grpc-{app} if is_grpc-{app}\n"
+        for app in backends
+    )
+    sections = "".join(
+        f"backend grpc-{app}\n    mode http\n    log global\n    http-reuse always\n"
+        f"    server SERVE_REPLICA_{app} 127.0.0.1:{server} proto h2\n"
+        for app, server in backends.items()
+    )
+    return (
+        "global\n    maxconn 100\n"
+        "defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n"
+        "    timeout server 30s\n"
+        "frontend grpc_frontend\n"
+        "    # gRPC requires HTTP/2.\n"
+        f"    bind 127.0.0.1:{port} proto h2\n"
+        "    mode http\n    log global\n\n"
+        "    acl is_healthz path /ray.serve.RayServeAPIService/Healthz\n"
+        "    http-request return status 200 content-type application/grpc hdr grpc-status 0"
+        " if is_healthz\n\n"
+        "    # Route per-app on the `application` metadata that Ray Serve clients attach.\n"
+        f"{rules}"
+        "    # Zero apps, or multiple apps without a matching `application` header.\n"
+        "    default_backend default_grpc_backend\n"
+        "backend default_grpc_backend\n    mode http\n"
+        "    http-request return status 200 content-type application/grpc hdr grpc-status 5 hdr"
+        ' grpc-message "Application metadata not set."\n'
+        f"{sections}"
+        "listen stats\n  stats enable\n"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def haproxy_binary() -> str:
+    from ray.serve._private.haproxy import get_haproxy_binary
+
+    return get_haproxy_binary()
+
+
+def test_the_edit_routes_model_infer_and_sends_the_rest_to_the_frontend():
+    config = serve_config(8001, {"mlp": 40000, HOST_APP: 40001, "rayton-server": 40002})
+    edited = route_model_infer(config, "127.0.0.1:9999", HOST_APP)
+    lines = [line.strip() for line in edited.splitlines()]
+    assert "default_backend default_grpc_backend" not in lines
+    assert lines[-2:] == ["log global", "server rayton-grpc-frontend 127.0.0.1:9999 proto h2"]
+    assert f"backend {FRONTEND_BACKEND}" in lines
+    section = lines.index("frontend grpc_frontend"), lines.index("backend default_grpc_backend")
+    frontend = lines[section[0] : section[1]]
+    # every ModelInfer names its model's application; a hosted or unknown model goes to the host
+    assert frontend.index("http-request del-header application") < frontend.index(
+        "http-request set-header application %[req.body,bytes(5),protobuf(1)] if rayton_model_infer"
+    )
+    assert frontend[-2:] == [
+        f"use_backend grpc-{HOST_APP} if rayton_model_infer",
+        f"default_backend {FRONTEND_BACKEND}",
+    ]
+    host = lines.index(f"backend grpc-{HOST_APP}")
+    assert lines[host + 1] == f"http-request set-header application {HOST_APP}"
+    checked = subprocess.run(
+        [haproxy_binary(), "-c", "-f", "/dev/stdin"], input=edited, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_without_a_host_model_infer_of_other_models_goes_to_the_frontend():
+    edited = route_model_infer(serve_config(8001, {"mlp": 40000}), "127.0.0.1:9999", HOST_APP)
+    assert "use_backend grpc-rayton-models" not in edited
+    assert f"    default_backend {FRONTEND_BACKEND}" in edited.splitlines()
+
+
+def test_a_config_without_grpc_is_left_alone():
+    config = "global\n    maxconn 100\nfrontend http_frontend\n    bind 127.0.0.1:8000\n"
+    assert route_model_infer(config, "127.0.0.1:9999", HOST_APP) == config
+
+
+def test_serve_grpc_binds_move_to_the_serving_host():
+    assert bound_address("[::]:40000", "127.0.0.1") == "127.0.0.1:40000"
+    assert bound_address("[::]:9500", "::1") == "[::1]:9500"
+    assert bound_address("10.0.0.1:40000", "127.0.0.1") == "10.0.0.1:40000"
+
+
+class RecordingServer:
+    """A gRPC server in a thread that answers every call with an empty reply and records
+    ``(method, application header, model name of a ModelInfer)``."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.calls: list[tuple[str, str, str]] = []
+        self._ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._start())
+        self._loop.run_forever()
+
+    async def _start(self) -> None:
+        calls = self.calls
+
+        class Recorder(grpc.GenericRpcHandler):
+            def service(self, details):
+                method = details.method.rsplit("/", 1)[-1]
+                application = dict(details.invocation_metadata).get("application", "")
+
+                async def answer(request: bytes, context) -> bytes:
+                    model = ""
+                    if method == "ModelInfer":
+                        model = pb.ModelInferRequest.FromString(request).model_name
+                        calls.append((method, application, model))
+                        return pb.ModelInferResponse(model_name=model).SerializeToString()
+                    calls.append((method, application, model))
+                    return b""
+
+                return grpc.unary_unary_rpc_method_handler(answer)
+
+        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1)])
+        self.server.add_generic_rpc_handlers((Recorder(),))
+        self.server.add_insecure_port(f"127.0.0.1:{self.port}")
+        await self.server.start()
+        self._ready.set()
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(0), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+@pytest.fixture
+def routed(tmp_path):
+    """HAProxy with the edited config in front of recording servers: the ``mlp``
+    application, the shared host and rayton's frontend."""
+    servers = {name: RecordingServer() for name in ("mlp", HOST_APP, "frontend")}
+    port = free_port()
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(
+        serve_config(port, {"mlp": servers["mlp"].port, HOST_APP: servers[HOST_APP].port})
+    )
+    wrapper = haproxy_wrapper("127.0.0.1", (f"127.0.0.1:{servers['frontend'].port}", HOST_APP))
+    assert wrapper is not None
+    process = subprocess.Popen([wrapper, "-db", "-f", str(config)], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    try:
+        yield grpcclient.InferenceServerClient(f"127.0.0.1:{port}"), servers
+    finally:
+        process.terminate()
+        process.wait(10)
+        for server in servers.values():
+            server.stop()
+
+
+def infer_input(rows: int) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("INPUT0", [rows, 512], "FP32")
+    tensor.set_data_from_numpy(np.zeros((rows, 512), np.float32))
+    return tensor
+
+
+def test_calls_reach_the_backend_their_model_names(routed):
+    client, servers = routed
+    assert client.infer("mlp", [infer_input(1)]).get_response().model_name == "mlp"
+    # tensors far larger than HAProxy's buffer: the name is read from the first bytes
+    assert client.infer("mlp", [infer_input(4096)]).get_response().model_name == "mlp"
+    client.infer("hosted_model", [infer_input(1)])
+    # a client's own application header does not pick the route
+    client.infer("other", [infer_input(1)], headers={"application": "mlp"})
+    client.is_server_live()
+    assert servers["mlp"].calls == [("ModelInfer", "mlp", "mlp")] * 2
+    assert servers[HOST_APP].calls == [
+        ("ModelInfer", HOST_APP, "hosted_model"),
+        ("ModelInfer", HOST_APP, "other"),
+    ]
+    assert servers["frontend"].calls == [("ServerLive", "", "")]
