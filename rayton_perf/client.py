@@ -26,6 +26,28 @@ _MAX_GRPC_CHANNELS = 8  # request-rate mode may allow 1024 in flight; that needs
 _CODEC_SAMPLES = 30
 
 
+def wire_headers(protocol: str, headers: dict[str, str] | None) -> dict[str, str]:
+    """``-H`` headers as the protocol sends them: gRPC metadata keys must be lower case
+    (grpc refuses others), HTTP names are case-insensitive so they travel as given."""
+    headers = headers or {}
+    if protocol == GRPC:
+        return {name.lower(): value for name, value in headers.items()}
+    return dict(headers)
+
+
+def http_infer_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers of one HTTP inference: the user's, plus no response compression.
+
+    aiohttp asks for gzip on every response unless told otherwise; perf_analyzer (libcurl)
+    asks for none. A user's own ``Accept-Encoding`` wins. A fresh dict every call, since
+    tritonclient adds per-request headers to it.
+    """
+    result = dict(headers)
+    if not any(name.lower() == "accept-encoding" for name in result):
+        result["Accept-Encoding"] = "identity"
+    return result
+
+
 def _ints_in_shapes(tensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # Protobuf JSON writes int64 dims as strings.
     for tensor in tensors:
@@ -41,15 +63,23 @@ class TritonConnection:
         url: ``host:port`` without a scheme.
         request_timeout_s: client-side bound on any one call; None keeps tritonclient's.
         verbose: pass tritonclient's verbose flag through (prints every request).
+        headers: ``-H`` headers, sent with every call (perf_analyzer sends them on the
+            control-plane calls too, as gRPC metadata on gRPC).
     """
 
     def __init__(
-        self, protocol: str, url: str, request_timeout_s: float | None = None, verbose=False
+        self,
+        protocol: str,
+        url: str,
+        request_timeout_s: float | None = None,
+        verbose=False,
+        headers: dict[str, str] | None = None,
     ):
         self.protocol = protocol
         self.url = url
         self.request_timeout_s = request_timeout_s
         self.verbose = verbose
+        self.headers = wire_headers(protocol, headers)
         self._control = self.new_client(conn_limit=4)
 
     # -- clients ------------------------------------------------------------------------------
@@ -101,12 +131,13 @@ class TritonConnection:
         tensor.set_data_from_numpy(array)
         return tensor
 
-    def make_output(self, name: str) -> Any:
-        """A requested output; HTTP asks for binary data like perf_analyzer does."""
+    def make_output(self, name: str, binary: bool = True) -> Any:
+        """A requested output; HTTP asks for binary data (perf_analyzer's default) unless
+        ``binary`` is False (``--output-tensor-format json``)."""
         if self.protocol == HTTP:
             import tritonclient.http as httpclient
 
-            return httpclient.InferRequestedOutput(name, binary_data=True)
+            return httpclient.InferRequestedOutput(name, binary_data=binary)
         import tritonclient.grpc as grpcclient
 
         return grpcclient.InferRequestedOutput(name)
@@ -115,19 +146,25 @@ class TritonConnection:
 
     async def server_metadata(self) -> dict[str, Any]:
         """``GET /v2``: name, version, extensions."""
+        headers = self.headers or None
         if self.protocol == HTTP:
-            return await self._control.get_server_metadata()
+            return await self._control.get_server_metadata(headers=headers)
         return await self._control.get_server_metadata(
-            as_json=True, client_timeout=self.request_timeout_s
+            headers=headers, as_json=True, client_timeout=self.request_timeout_s
         )
 
     async def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
         """``GET /v2/models/{m}[/versions/{v}]`` with integer shapes."""
+        headers = self.headers or None
         if self.protocol == HTTP:
-            meta = await self._control.get_model_metadata(model, version)
+            meta = await self._control.get_model_metadata(model, version, headers=headers)
         else:
             meta = await self._control.get_model_metadata(
-                model, version, as_json=True, client_timeout=self.request_timeout_s
+                model,
+                version,
+                headers=headers,
+                as_json=True,
+                client_timeout=self.request_timeout_s,
             )
         meta["inputs"] = _ints_in_shapes(meta.get("inputs", []))
         meta["outputs"] = _ints_in_shapes(meta.get("outputs", []))
@@ -135,10 +172,11 @@ class TritonConnection:
 
     async def model_config(self, model: str, version: str = "") -> dict[str, Any]:
         """``GET /v2/models/{m}[/versions/{v}]/config`` as Triton's config JSON."""
+        headers = self.headers or None
         if self.protocol == HTTP:
-            return await self._control.get_model_config(model, version)
+            return await self._control.get_model_config(model, version, headers=headers)
         answer = await self._control.get_model_config(
-            model, version, as_json=True, client_timeout=self.request_timeout_s
+            model, version, headers=headers, as_json=True, client_timeout=self.request_timeout_s
         )
         config = answer.get("config", {})
         # Protobuf JSON drops zero-valued fields; Triton's HTTP JSON always has this one.
@@ -151,10 +189,11 @@ class TritonConnection:
         gRPC answers keep protobuf JSON's quirks (int64 as strings, zero fields absent);
         :mod:`rayton_perf.server_stats` reads every counter with ``int(x.get(k, 0))``.
         """
+        headers = self.headers or None
         if self.protocol == HTTP:
-            return await self._control.get_inference_statistics(model, version)
+            return await self._control.get_inference_statistics(model, version, headers=headers)
         return await self._control.get_inference_statistics(
-            model, version, as_json=True, client_timeout=self.request_timeout_s
+            model, version, headers=headers, as_json=True, client_timeout=self.request_timeout_s
         )
 
     async def close(self) -> None:

@@ -56,6 +56,25 @@ class PerfConfig:
             and count as delayed.
         seed: seed for generated data and Poisson arrivals, so runs are repeatable.
         verbose: print every measurement window.
+        headers: ``-H``, sent with every request (HTTP headers, gRPC metadata).
+        binary_outputs: ask for output tensors in the binary extension (HTTP only).
+        synchronous: perf_analyzer's synchronous workers: in request-rate mode at most
+            ``max_threads`` requests are in flight (each worker waits for its answer);
+            concurrency mode is the same closed loop either way.
+        max_threads: ``--max-threads``, perf_analyzer's worker count (default 16); bounds
+            requests in flight only where it does in perf_analyzer: synchronous request-rate.
+        warmup_request_count: ``--warmup-request-count``: warm up each level with exactly
+            this many requests instead of ``warmup_s`` seconds.
+        latency_threshold_ms: ``-l``; a level whose stabilising latency reaches it ends the
+            command line's sweep (0: no limit); :func:`~rayton_perf.runner.run_level`
+            measures one level and leaves the judgement to its caller.
+        binary_search: ``--binary-search`` between the range's start and end (the command
+            line's sweep, :mod:`rayton_perf.sweep`).
+        request_intervals_ns: ``--request-intervals``: gaps between request starts, cycled
+            (empty: use the request rate).
+        collect_metrics: ``--collect-metrics``: scrape the server's GPU metrics.
+        metrics_url: ``--metrics-url``; None derives ``host:8002/metrics`` from ``url``.
+        metrics_interval_ms: ``--metrics-interval``, time between two scrapes.
     """
 
     model_name: str
@@ -81,6 +100,17 @@ class PerfConfig:
     max_outstanding: int = 1024
     seed: int = 0
     verbose: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+    binary_outputs: bool = True
+    synchronous: bool = False
+    max_threads: int = 16
+    warmup_request_count: int = 0
+    latency_threshold_ms: int = 0
+    binary_search: bool = False
+    request_intervals_ns: list[int] = field(default_factory=list)
+    collect_metrics: bool = False
+    metrics_url: str | None = None
+    metrics_interval_ms: int = 1000
 
     @property
     def resolved_url(self) -> str:
@@ -90,6 +120,19 @@ class PerfConfig:
             if url.startswith(scheme):
                 url = url[len(scheme) :]
         return url.rstrip("/")
+
+    @property
+    def resolved_metrics_url(self) -> str:
+        """``metrics_url``, or perf_analyzer's default: the server's host on port 8002."""
+        url = self.metrics_url or f"{self.resolved_url.rsplit(':', 1)[0]}:8002/metrics"
+        return url if "://" in url else f"http://{url}"
+
+    @property
+    def rate_in_flight_limit(self) -> int:
+        """Most requests in flight in request-rate mode (both bounds hold when synchronous)."""
+        if self.synchronous:
+            return min(self.max_threads, self.max_outstanding)
+        return self.max_outstanding
 
     def validate(self) -> None:
         """Raise :class:`PerfError` for settings perf_analyzer would also refuse."""
@@ -121,25 +164,52 @@ class PerfConfig:
             raise PerfError("--request-count must be >= 0")
         if self.max_outstanding < 1:
             raise PerfError("--max-outstanding must be >= 1")
+        if self.max_threads < 1:
+            raise PerfError("Failed to parse --max-threads. The value must be > 0.")
         if self.string_length < 0:
             raise PerfError("--string-length must be >= 0")
+        self._validate_transport()
+        self._validate_schedule()
+
+    def _validate_transport(self) -> None:
+        """Settings of the wire: TLS, tensor encodings, headers, metrics."""
+        if (self.url or "").startswith("https://"):
+            # Stripping the scheme would send plain HTTP to a TLS port.
+            raise PerfError("https:// URLs need TLS, which rayton perf does not support")
+        if self.protocol == GRPC and not (self.binary_inputs and self.binary_outputs):
+            raise PerfError(
+                "--input-tensor-format/--output-tensor-format json are HTTP only: gRPC "
+                "always sends tensors as binary protobuf"
+            )
+        if any(not name.strip() for name in self.headers):
+            raise PerfError("-H needs a header name: 'Header:Value'")
+        if self.metrics_interval_ms <= 0:
+            raise PerfError("--metrics-interval must be > 0 msec")
+
+    def _validate_schedule(self) -> None:
+        """Warm-up, sweep limits and custom intervals (perf_analyzer's rules)."""
+        if self.warmup_request_count < 0:
+            raise PerfError("--warmup-request-count must be >= 0")
+        if self.warmup_request_count and self.warmup_s:
+            raise PerfError("give --warmup (seconds) or --warmup-request-count, not both")
+        if self.latency_threshold_ms < 0:
+            raise PerfError("--latency-threshold (-l) must be >= 0 msecs")
+        if self.binary_search and not self.latency_threshold_ms:
+            raise PerfError("The --latency-threshold cannot be 0 for binary search mode.")
+        if self.request_intervals_ns and (
+            min(self.request_intervals_ns) < 0 or sum(self.request_intervals_ns) <= 0
+        ):
+            raise PerfError("--request-intervals must be >= 0 usec and not all 0")
 
 
-def parse_range(text: str, kind: type = int) -> list:
-    """Expand perf_analyzer's ``start[:end[:step]]`` into the levels to measure.
+def parse_range_bounds(text: str, kind: type = int) -> tuple:
+    """Read perf_analyzer's ``start[:end[:step]]`` as ``(start, end, step)``.
 
-    ``end`` is inclusive and ``step`` defaults to 1, as in perf_analyzer. Float ranges
-    (request rates) tolerate rounding so ``0.1:0.3:0.1`` gives three levels.
-
-    Args:
-        text: the option value.
-        kind: ``int`` for concurrency, ``float`` for request rate.
-
-    Returns:
-        The levels in increasing order.
+    ``end`` defaults to ``start`` and ``step`` to 1, as in perf_analyzer; binary search
+    uses the bounds directly, a linear sweep expands them with :func:`parse_range`.
 
     Raises:
-        PerfError: malformed text, non-positive values, ``end < start``, or too many levels.
+        PerfError: malformed text, non-positive values, or ``end < start``.
     """
     parts = text.strip().split(":")
     if not 1 <= len(parts) <= 3 or any(p.strip() == "" for p in parts):
@@ -161,6 +231,26 @@ def parse_range(text: str, kind: type = int) -> list:
         raise PerfError(f"invalid range {text!r}: end must be >= start")
     if step <= 0:
         raise PerfError(f"invalid range {text!r}: step must be > 0")
+    return start, end, step
+
+
+def parse_range(text: str, kind: type = int) -> list:
+    """Expand perf_analyzer's ``start[:end[:step]]`` into the levels to measure.
+
+    ``end`` is inclusive and ``step`` defaults to 1, as in perf_analyzer. Float ranges
+    (request rates) tolerate rounding so ``0.1:0.3:0.1`` gives three levels.
+
+    Args:
+        text: the option value.
+        kind: ``int`` for concurrency, ``float`` for request rate.
+
+    Returns:
+        The levels in increasing order.
+
+    Raises:
+        PerfError: malformed text, non-positive values, ``end < start``, or too many levels.
+    """
+    start, end, step = parse_range_bounds(text, kind)
     count = math.floor((end - start) / step + 1e-9) + 1
     if count > MAX_LEVELS:
         raise PerfError(f"range {text!r} has {count} levels; at most {MAX_LEVELS} allowed")
@@ -191,3 +281,18 @@ def parse_shape(text: str) -> tuple[str, list[int]]:
     if any(d < 0 for d in dims):
         raise PerfError(f"invalid --shape {text!r}: dims must be >= 0")
     return name, dims
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """Parse ``-H 'Header:Value'`` (split at the first colon, as perf_analyzer does).
+
+    Surrounding spaces are dropped, so ``-H 'Authorization: Bearer x'`` sends
+    ``Bearer x``, as HTTP itself ignores them.
+
+    Raises:
+        PerfError: no colon or no name.
+    """
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise PerfError(f"invalid -H {text!r}: the header must be specified as 'Header:Value'")
+    return name.strip(), value.strip()

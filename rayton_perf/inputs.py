@@ -1,4 +1,4 @@
-"""Input tensors for the load: generated (random|zero) or read from perf_analyzer JSON.
+"""Input tensors for the load: generated (random|zero) or read from perf_analyzer data.
 
 Data is made once, before any load runs. A *step* is one row of every input (batch 1);
 request ``k`` of a batch-``b`` run stacks steps ``k .. k+b-1`` (cyclically), exactly how
@@ -14,6 +14,9 @@ JSON format (perf_analyzer's ``--input-data <file>``)::
     ]}
 
 ``data`` may also hold lists of steps (one list per stream); their steps are used in order.
+
+Directory format (perf_analyzer's ``--input-data <dir>``): one file per model input, named
+exactly after it, read as a single batch-1 step (see :func:`load_directory_data`).
 """
 
 from __future__ import annotations
@@ -197,6 +200,13 @@ def load_json_data(source: str | Path | dict[str, Any], model: ModelInfo) -> lis
             raise PerfError(f"cannot read input data file {source}: {err}") from None
     if not isinstance(document, dict) or "data" not in document:
         raise PerfError("The json file doesn't contain data field")
+    if "validation_data" in document:
+        # perf_analyzer checks every response against it; reading past it would report a
+        # run as validated when nothing was compared.
+        raise PerfError(
+            "the 'validation_data' field holds expected outputs, which perf_analyzer checks "
+            "responses against; rayton perf does not validate outputs (remove the field)"
+        )
     data = document["data"]
     if not isinstance(data, list) or not data:
         raise PerfError("the 'data' field must be a non-empty list")
@@ -324,6 +334,97 @@ def shape_steps(raw_steps: list[RawStep], specs: list[InputSpec]) -> list[dict[s
 
 
 # ---------------------------------------------------------------------------------------------
+# Data directories
+
+
+def wire_itemsize(datatype: str) -> int:
+    """Bytes per element as sent (BF16 is held as FP32 here but travels as 2 bytes)."""
+    return 2 if datatype == "BF16" else np.dtype(numpy_dtype(datatype)).itemsize
+
+
+def load_directory_data(
+    directory: str | Path, model: ModelInfo, specs: list[InputSpec]
+) -> dict[str, np.ndarray]:
+    """Read perf_analyzer's directory form of ``--input-data`` into one step.
+
+    As perf_analyzer's ``ReadDataFromDir``: the directory is a single batch-1 step. A
+    non-BYTES file holds the raw row-major (little-endian) bytes of one row, i.e. of the
+    input's dims with ``--shape`` applied and no batch dimension; a BYTES file holds one
+    element per line (split at ``\\n`` only, like ``std::getline``). ``-b N`` repeats the
+    row N times in every request, again as perf_analyzer does. Every input needs its file,
+    optional ones included, because perf_analyzer opens one per input.
+
+    Args:
+        directory: the data directory.
+        model: the model, to check the file names.
+        specs: resolved inputs (:func:`resolve_specs`), giving each row's dims.
+
+    Returns:
+        Input name to an array of the row's dims.
+
+    Raises:
+        PerfError: a file that names no input, a file for an output (validation data), a
+            missing or empty file, or a size that does not match the row's dims.
+    """
+    directory = Path(directory)
+    _check_directory_names(directory, model)
+    return {spec.name: _read_input_file(directory / spec.name, spec) for spec in specs}
+
+
+def _check_directory_names(directory: Path, model: ModelInfo) -> None:
+    """perf_analyzer's ``ValidateIOExistsInModel``: every file must name a model tensor."""
+    try:
+        names = sorted(entry.name for entry in directory.iterdir())
+    except OSError as err:
+        raise PerfError(f"cannot read input data directory {directory}: {err}") from None
+    inputs = {t.name for t in model.inputs}
+    outputs = {t.name for t in model.outputs}
+    for name in names:
+        if name in outputs and name not in inputs:
+            # perf_analyzer compares responses with such a file; accepting it unchecked
+            # would let a run look validated.
+            raise PerfError(
+                f"data file '{name}' holds expected data for output '{name}', which "
+                "perf_analyzer checks responses against; rayton perf does not validate "
+                "outputs (move the file out of the directory)"
+            )
+        if name not in inputs:
+            raise PerfError(
+                f"Provided data file '{name}' does not correspond to a valid model input or output."
+            )
+
+
+def _read_input_file(path: Path, spec: InputSpec) -> np.ndarray:
+    """One input's file as an array of the row's dims (perf_analyzer's size checks)."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        raise PerfError(
+            f"failed to open file '{path}' (a data directory needs one file per model input, "
+            "named exactly after it)"
+        ) from None
+    if not raw:
+        raise PerfError(f"file '{path}' is empty")
+    count = math.prod(spec.dims)
+    if spec.datatype == "BYTES":
+        lines = raw.split(b"\n")
+        if raw.endswith(b"\n"):
+            lines.pop()  # a final newline ends the last line; it starts no new element
+        if len(lines) != count:
+            raise PerfError(
+                f"provided data for input {spec.name} has {len(lines)} elements, expect {count}"
+            )
+        return np.array(lines, dtype=np.object_).reshape(spec.dims)
+    expected = count * wire_itemsize(spec.datatype)
+    if len(raw) != expected:
+        raise PerfError(
+            f"provided data for input {spec.name} has byte size {len(raw)}, expect {expected}"
+        )
+    tensor = TensorMeta(spec.name, spec.datatype, spec.dims)
+    return _from_bytes(raw, tensor, f"( input {spec.name}, file {path})").reshape(spec.dims)
+
+
+# ---------------------------------------------------------------------------------------------
 # Requests
 
 
@@ -371,7 +472,7 @@ def prepare_requests(
         model: discovered model.
         batch_size: rows per request.
         shapes: ``--shape`` overrides.
-        input_data: ``random``, ``zero`` or a JSON file path.
+        input_data: ``random``, ``zero``, a JSON file path or a data directory.
         string_length: length of generated BYTES elements.
         string_data: fixed value for generated BYTES elements.
         seed: random seed, so a run's data is reproducible.
@@ -390,10 +491,14 @@ def prepare_requests(
         return batch_requests(steps, batch_size, model.batching)[:1]
     path = Path(input_data)
     if path.is_dir():
-        raise PerfError("--input-data directories are not supported; use a JSON file")
+        specs = resolve_specs(model, batch_size, shapes)
+        step = load_directory_data(path, model, specs)
+        # One step: every row of a batch repeats it, as perf_analyzer's data manager does.
+        return batch_requests([step], batch_size, model.batching)
     if not path.is_file():
         raise PerfError(
-            f"--input-data {input_data!r} is neither random, zero nor an existing JSON file"
+            f"--input-data {input_data!r} is neither random, zero, a directory nor an existing "
+            "JSON file"
         )
     raw_steps = load_json_data(path, model)
     with_shape = {name for step in raw_steps for name, (_, s) in step.items() if s is not None}

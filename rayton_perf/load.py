@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from rayton_perf.config import POISSON
+from rayton_perf.config import POISSON, PerfError
 
 SendFn = Callable[[int, int], Awaitable[Any]]
 
@@ -193,6 +195,8 @@ class RequestRateLoad(Load):
         seed: seed for Poisson intervals.
         request_limit: see :class:`Load`.
         stop_on_error: see :class:`Load`.
+        intervals_ns: perf_analyzer's ``--request-intervals``: the gaps to use, cycled,
+            instead of ones drawn from ``rate`` and ``distribution``.
     """
 
     def __init__(
@@ -204,6 +208,7 @@ class RequestRateLoad(Load):
         seed: int = 0,
         request_limit: int = 0,
         stop_on_error: bool = True,
+        intervals_ns: Sequence[int] | None = None,
     ):
         super().__init__(send, request_limit, stop_on_error)
         if rate <= 0:
@@ -214,9 +219,12 @@ class RequestRateLoad(Load):
         self._rng = random.Random(seed)
         self._slots = asyncio.Semaphore(max_outstanding)
         self._scheduler: asyncio.Task | None = None
+        self._custom = itertools.cycle(intervals_ns) if intervals_ns else None
 
     def interval_ns(self) -> int:
         """Gap before the next request."""
+        if self._custom is not None:
+            return next(self._custom)
         mean = 1e9 / self.rate
         if self.distribution == POISSON:
             return int(self._rng.expovariate(1.0 / mean))
@@ -265,3 +273,36 @@ class RequestRateLoad(Load):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scheduler
         await super().stop(drain_timeout_s)
+
+
+def read_request_intervals(path: str | Path) -> list[int]:
+    """Read perf_analyzer's ``--request-intervals`` file: one gap in µs per line, as ns.
+
+    Blank lines are skipped (perf_analyzer would stop at one with an exception).
+
+    Raises:
+        PerfError: unreadable or empty file, or a line that is not a whole number.
+    """
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        raise PerfError(f"failed to open file '{path}'") from None
+    intervals = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            intervals.append(int(line.strip()) * 1000)
+        except ValueError:
+            raise PerfError(
+                f"--request-intervals {path} line {number}: {line.strip()!r} is not a whole "
+                "number of microseconds"
+            ) from None
+    if not intervals:
+        raise PerfError(f"file '{path}' is empty")
+    return intervals
+
+
+def intervals_rate(intervals_ns: Sequence[int]) -> float:
+    """Requests per second of a custom schedule (perf_analyzer's ``GetCustomRequestRate``)."""
+    return len(intervals_ns) * 1e9 / sum(intervals_ns)

@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rayton_perf.metrics import GpuMetrics
 from rayton_perf.server_stats import ServerStats
 
 STABILITY_WINDOWS = 3  # perf_analyzer's load_parameters_.stability_window
@@ -45,6 +46,7 @@ class Window:
         delayed_count: request-rate mode: requests sent later than scheduled.
         sent_count: requests started in it.
         server: server-side counter deltas, or None when not collected.
+        metrics: ``--collect-metrics`` scrapes finished in it.
     """
 
     duration_ns: int
@@ -54,6 +56,7 @@ class Window:
     delayed_count: int = 0
     sent_count: int = 0
     server: ServerStats | None = None
+    metrics: list[GpuMetrics] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.latencies_ns = sorted(self.latencies_ns)
@@ -142,6 +145,7 @@ def merge(windows: Sequence[Window]) -> Window:
         delayed_count=sum(w.delayed_count for w in windows),
         sent_count=sum(w.sent_count for w in windows),
         server=server,
+        metrics=[m for w in windows for m in w.metrics],
     )
 
 

@@ -9,20 +9,29 @@ from dataclasses import replace
 from pathlib import Path
 
 from rayton_perf.config import CONSTANT, COUNT_WINDOWS, GRPC, PerfConfig, PerfError
+from rayton_perf.load import intervals_rate
 from rayton_perf.measure import STABILITY_WINDOWS
+from rayton_perf.metrics import GpuMetrics
 from rayton_perf.result import (
     CONCURRENCY,
+    CsvOptions,
     LevelResult,
     csv_header,
     format_number,
     sort_for_csv,
 )
 
+# perf_analyzer prints per-GPU metrics only up to this many GPUs.
+_MAX_GPUS_IN_REPORT = 16
+
 
 def format_settings(config: PerfConfig, mode: str, levels: Sequence[float]) -> str:
     """The ``*** Measurement Settings ***`` banner printed before the first level."""
     lines = ["*** Measurement Settings ***", f"  Batch size: {config.batch_size}"]
     lines.append("  Service Kind: TRITON")
+    if config.warmup_request_count:
+        plural = "s" if config.warmup_request_count > 1 else ""
+        lines.append(f"  Sending {config.warmup_request_count} warmup request{plural}")
     if config.request_count:
         lines.append(f"  Sending {config.request_count} benchmark requests")
     else:
@@ -41,14 +50,31 @@ def format_settings(config: PerfConfig, mode: str, levels: Sequence[float]) -> s
             lines.append(f"  Measurement window: {config.measurement_interval_ms} msec")
     if config.warmup_s:
         lines.append(f"  Warm-up: {format_number(config.warmup_s)} s per level")
-    if mode == CONCURRENCY:
-        lines.append(f"  Concurrency limit: {format_number(max(levels))} concurrent requests")
-    else:
-        lines.append(f"  Request Rate limit: {format_number(max(levels))} requests per seconds")
-        kind = "uniform" if config.request_distribution == CONSTANT else "poisson"
-        lines.append(f"  Using {kind} distribution on request generation")
-    lines.append("  Using asynchronous calls for inference")
+    if config.latency_threshold_ms:
+        lines.append(f"  Latency limit: {config.latency_threshold_ms} msec")
+    lines += _load_lines(config, mode, levels)
+    if config.binary_search:
+        lines.append("  Using Binary Search algorithm")
+    kind = "synchronous" if config.synchronous else "asynchronous"
+    lines.append(f"  Using {kind} calls for inference")
     return "\n".join(lines) + "\n"
+
+
+def _load_lines(config: PerfConfig, mode: str, levels: Sequence[float]) -> list[str]:
+    """The banner's lines on the load: its limit and how requests are spaced."""
+    if mode == CONCURRENCY:
+        return [f"  Concurrency limit: {format_number(max(levels))} concurrent requests"]
+    if config.request_intervals_ns:
+        rate = intervals_rate(config.request_intervals_ns)
+        return [
+            f"  Using {len(config.request_intervals_ns)} custom request intervals "
+            f"({format_number(rate)} requests per second)"
+        ]
+    kind = "uniform" if config.request_distribution == CONSTANT else "poisson"
+    return [
+        f"  Request Rate limit: {format_number(max(levels))} requests per seconds",
+        f"  Using {kind} distribution on request generation",
+    ]
 
 
 def format_level_header(mode: str, level: float) -> str:
@@ -117,12 +143,40 @@ def format_level(result: LevelResult, protocol: str, percentile: int | None = No
                     f"{b}:{n}" for b, n in sorted(result.batch_size_distribution.items())
                 )
                 lines.append(f"    Batch size distribution (batch size:executions): {dist}")
+    if result.gpu_metrics is not None:
+        lines += format_gpu_metrics(result.gpu_metrics)
     if not result.stable:
         lines.append(
             f"  [WARNING] unstable: no {STABILITY_WINDOWS} consecutive windows within the "
             f"stability percentage after {result.windows} windows; reporting the last ones"
         )
     return "\n".join(lines) + "\n"
+
+
+def format_gpu_metrics(metrics: GpuMetrics) -> list[str]:
+    """perf_analyzer's "Server Prometheus Metrics" block (``--collect-metrics``)."""
+    lines = ["  Server Prometheus Metrics: "]
+    families = (
+        metrics.utilization,
+        metrics.power_w,
+        metrics.memory_used_bytes,
+        metrics.memory_total_bytes,
+    )
+    if any(len(values) > _MAX_GPUS_IN_REPORT for values in families):
+        lines.append(
+            "Too many GPUs on system to print out individual Prometheus metrics, use the CSV "
+            "output feature to see metrics."
+        )
+        return lines
+    lines.append("    Avg GPU Utilization:")
+    lines += [f"      {u} : {format_number(v * 100.0)}%" for u, v in metrics.utilization.items()]
+    lines.append("    Avg GPU Power Usage:")
+    lines += [f"      {u} : {format_number(v)} watts" for u, v in metrics.power_w.items()]
+    lines.append("    Max GPU Memory Usage:")
+    lines += [f"      {u} : {v} bytes" for u, v in metrics.memory_used_bytes.items()]
+    lines.append("    Total GPU Memory:")
+    lines += [f"      {u} : {v} bytes" for u, v in metrics.memory_total_bytes.items()]
+    return lines
 
 
 def format_summary(results: Sequence[LevelResult], percentile: int | None = None) -> str:
@@ -139,13 +193,21 @@ def format_summary(results: Sequence[LevelResult], percentile: int | None = None
     return "\n".join(lines) + "\n"
 
 
-def write_csv(path: str | Path, results: Sequence[LevelResult], mode: str) -> None:
-    """Write perf_analyzer's CSV: header, then one row per level sorted by throughput."""
+def write_csv(
+    path: str | Path,
+    results: Sequence[LevelResult],
+    mode: str,
+    options: CsvOptions | None = None,
+) -> None:
+    """Write perf_analyzer's CSV: header, then one row per level sorted by throughput.
+
+    ``options`` adds the ``--verbose-csv`` columns.
+    """
     include_server = bool(results) and all(r.server is not None for r in results)
     cache = bool(results) and any(r.cache_enabled for r in results)
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(csv_header(mode, include_server, cache))
+        writer.writerow(csv_header(mode, include_server, cache, options))
         for result in sort_for_csv(list(results)):
             # Every row takes the header's shape, even if one level lost its server stats.
             row_source = replace(
@@ -153,7 +215,7 @@ def write_csv(path: str | Path, results: Sequence[LevelResult], mode: str) -> No
                 server=result.server if include_server else None,
                 cache_enabled=cache,
             )
-            writer.writerow(row_source.as_csv_row())
+            writer.writerow(row_source.as_csv_row(options))
 
 
 def write_plot(path: str | Path, results: Sequence[LevelResult], title: str = "") -> None:

@@ -14,6 +14,10 @@ CSV columns, all times in whole µs as perf_analyzer writes them:
 * The server columns are left out when the server does not list the ``statistics``
   extension, and cache columns are added when the model's response cache is on, as in
   perf_analyzer.
+* ``--verbose-csv`` appends perf_analyzer's extra columns: ``Avg latency`` (unless
+  ``--percentile``), ``request/response`` (Client Send + Client Recv), ``response wait``
+  (mean latency minus both) and, with ``--collect-metrics``, the four GPU columns written
+  ``uuid:value;`` per GPU.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rayton_perf.measure import LatencyStats
+from rayton_perf.metrics import GpuMetrics
 from rayton_perf.server_stats import ServerStats
 
 CONCURRENCY = "concurrency"
@@ -36,9 +41,35 @@ _SERVER_COLUMNS = [
 ]
 _CACHE_COLUMNS = ["Server Cache Hit", "Server Cache Miss"]
 _LATENCY_COLUMNS = ["p50 latency", "p90 latency", "p95 latency", "p99 latency"]
+_METRIC_COLUMNS = [
+    "Avg GPU Utilization",
+    "Avg GPU Power Usage",
+    "Max GPU Memory Usage",
+    "Total GPU Memory",
+]
 
 
-def csv_header(mode: str, include_server: bool = True, cache_enabled: bool = False) -> list[str]:
+@dataclass
+class CsvOptions:
+    """``--verbose-csv`` columns: which extras perf_analyzer would write.
+
+    Attributes:
+        verbose: ``--verbose-csv`` was given.
+        percentile: ``--percentile`` (no ``Avg latency`` column when set).
+        metrics: ``--collect-metrics`` was given (GPU columns).
+    """
+
+    verbose: bool = False
+    percentile: int | None = None
+    metrics: bool = False
+
+
+def csv_header(
+    mode: str,
+    include_server: bool = True,
+    cache_enabled: bool = False,
+    options: CsvOptions | None = None,
+) -> list[str]:
     """perf_analyzer's CSV header for a run in ``mode``."""
     header = ["Concurrency" if mode == CONCURRENCY else "Request Rate"]
     header += ["Inferences/Second", "Client Send"]
@@ -47,6 +78,12 @@ def csv_header(mode: str, include_server: bool = True, cache_enabled: bool = Fal
         if cache_enabled:
             header += _CACHE_COLUMNS
     header += ["Client Recv", *_LATENCY_COLUMNS]
+    if options is not None and options.verbose:
+        if options.percentile is None:
+            header.append("Avg latency")
+        header += ["request/response", "response wait"]
+        if options.metrics:
+            header += _METRIC_COLUMNS
     return header
 
 
@@ -80,6 +117,7 @@ class LevelResult:
         client_recv_us: estimated client time to parse one response.
         cache_enabled: the model has its response cache on (adds CSV columns).
         warnings: notes about the measurement (e.g. latency not stabilising).
+        gpu_metrics: ``--collect-metrics`` values merged over the reported windows.
     """
 
     mode: str
@@ -102,6 +140,7 @@ class LevelResult:
     client_recv_us: int = 0
     cache_enabled: bool = False
     warnings: list[str] = field(default_factory=list)
+    gpu_metrics: GpuMetrics | None = None
 
     @property
     def level(self) -> float:
@@ -122,11 +161,16 @@ class LevelResult:
         )
         return max(0, wait - accounted)
 
-    def csv_header(self) -> list[str]:
-        """The header matching :meth:`as_csv_row`."""
-        return csv_header(self.mode, self.server is not None, self.cache_enabled)
+    @property
+    def response_wait_us(self) -> int:
+        """perf_analyzer's "response wait": mean latency less the client's own send/recv."""
+        return max(0, self.latencies.avg_us - self.client_send_us - self.client_recv_us)
 
-    def as_csv_row(self) -> list[str]:
+    def csv_header(self, options: CsvOptions | None = None) -> list[str]:
+        """The header matching :meth:`as_csv_row`."""
+        return csv_header(self.mode, self.server is not None, self.cache_enabled, options)
+
+    def as_csv_row(self, options: CsvOptions | None = None) -> list[str]:
         """This level as a row of perf_analyzer's CSV (see :func:`csv_header`)."""
         row = [format_number(self.level), format_number(self.throughput)]
         row.append(str(self.client_send_us))
@@ -147,7 +191,22 @@ class LevelResult:
             str(self.latencies.p95_us),
             str(self.latencies.p99_us),
         ]
+        if options is not None and options.verbose:
+            row += self._verbose_cells(options)
         return row
+
+    def _verbose_cells(self, options: CsvOptions) -> list[str]:
+        cells = [] if options.percentile is not None else [str(self.latencies.avg_us)]
+        cells += [str(self.client_send_us + self.client_recv_us), str(self.response_wait_us)]
+        if options.metrics:
+            gpu = self.gpu_metrics or GpuMetrics()
+            cells += [
+                _per_gpu(gpu.utilization),
+                _per_gpu(gpu.power_w),
+                _per_gpu(gpu.memory_used_bytes),
+                _per_gpu(gpu.memory_total_bytes),
+            ]
+        return cells
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly summary (for benchmark harnesses)."""
@@ -180,6 +239,16 @@ class LevelResult:
             "server": server,
             "batch_size_distribution": dict(self.batch_size_distribution),
         }
+
+
+def _per_gpu(values: dict[str, float] | dict[str, int]) -> str:
+    """perf_analyzer's GPU cell: ``uuid:value;`` for every GPU."""
+    return "".join(f"{uuid}:{_metric_text(value)};" for uuid, value in sorted(values.items()))
+
+
+def _metric_text(value: float) -> str:
+    # Memory is a uint64 in perf_analyzer, written in full; fractions as ostream prints them.
+    return str(value) if isinstance(value, int) else format_number(value)
 
 
 def sort_for_csv(results: list[LevelResult]) -> list[LevelResult]:

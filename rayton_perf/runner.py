@@ -1,8 +1,9 @@
 """The profiler: discover the model, prepare requests once, then measure load levels.
 
-Per level, as perf_analyzer: start the load, warm up (our addition, ``--warmup`` seconds),
-then measure back-to-back windows until the last three are stable or ``-r`` windows ran,
-snapshotting the server's statistics at every window boundary. The load keeps running
+Per level, as perf_analyzer: start the load, warm up (``--warmup`` seconds, our addition,
+or perf_analyzer's ``--warmup-request-count``), then measure back-to-back windows until the
+last three are stable or ``-r`` windows ran, snapshotting the server's statistics (and, with
+``--collect-metrics``, its GPU metrics) at every window boundary. The load keeps running
 between windows so a boundary never sees a ramp.
 
 Library use::
@@ -23,6 +24,7 @@ from rayton_perf.client import (
     TritonConnection,
     estimate_recv_ns,
     estimate_send_ns,
+    http_infer_headers,
 )
 from rayton_perf.config import COUNT_WINDOWS, GRPC, PerfConfig, PerfError
 from rayton_perf.inputs import prepare_requests
@@ -34,6 +36,7 @@ from rayton_perf.measure import (
     is_stable,
     merge,
 )
+from rayton_perf.metrics import GpuMetrics, MetricsCollector, merge_metrics
 from rayton_perf.progress import Progress
 from rayton_perf.result import CONCURRENCY, REQUEST_RATE, LevelResult, format_number
 from rayton_perf.server_stats import (
@@ -53,7 +56,6 @@ REQUEST_COUNT_CAP_S = 600.0
 # Time given to requests still in flight when a level ends.
 DRAIN_TIMEOUT_S = 10.0
 _TICK_S = 0.25
-_NO_RESPONSE_COMPRESSION = {"Accept-Encoding": "identity"}
 
 
 class Profiler:
@@ -85,6 +87,7 @@ class Profiler:
         self._send_ns = 0
         self._recv_ns: int | None = None
         self.warnings: list[str] = []  # messages about the last level, for the caller
+        self.metrics: MetricsCollector | None = None
         self._last_pass = ""  # latest window's numbers, shown in the status line
 
     async def __aenter__(self) -> Profiler:
@@ -107,7 +110,7 @@ class Profiler:
         config = self.config
         config.validate()
         self.connection = TritonConnection(
-            config.protocol, config.resolved_url, config.request_timeout_s
+            config.protocol, config.resolved_url, config.request_timeout_s, headers=config.headers
         )
         try:
             self.server_metadata = await self.connection.server_metadata()
@@ -136,7 +139,11 @@ class Profiler:
             ]
             for request in requests
         ]
-        self._outputs = [self.connection.make_output(t.name) for t in self.model.outputs]
+        self._outputs = [
+            self.connection.make_output(t.name, config.binary_outputs) for t in self.model.outputs
+        ]
+        if config.collect_metrics:
+            self.metrics = MetricsCollector(config.resolved_metrics_url, config.metrics_interval_ms)
         self._send_ns = estimate_send_ns(
             config.protocol,
             config.model_name,
@@ -179,10 +186,16 @@ class Profiler:
             raise PerfError("concurrency must be >= 1")
         if request_rate is not None and not request_rate > 0:
             raise PerfError("request rate must be > 0")
-        max_in_flight = concurrency if concurrency is not None else config.max_outstanding
+        max_in_flight = concurrency if concurrency is not None else config.rate_in_flight_limit
         pool = ClientPool(self.connection, max_in_flight)
         load: Load | None = None
         try:
+            if config.warmup_request_count:
+                # perf_analyzer's counted warm-up: its own load, finished before measuring.
+                warmup = self._new_load(
+                    pool, concurrency, request_rate, config.warmup_request_count
+                )
+                await self._warm_up_requests(warmup, label)
             if config.request_count:
                 # A counted run must not spend its requests on warming up: warm up with a
                 # separate, unbounded load first.
@@ -191,12 +204,19 @@ class Profiler:
                     await self._warm_up(warmup, label, stop_after=True)
                 load = self._new_load(pool, concurrency, request_rate, config.request_count)
                 load.start()
+            elif config.warmup_request_count:
+                load = self._new_load(pool, concurrency, request_rate, 0)
+                load.start()
             else:
                 # The same load carries on from warm-up into the first window: no ramp.
                 load = self._new_load(pool, concurrency, request_rate, 0)
                 await self._warm_up(load, label, stop_after=False)
+            if self.metrics is not None:
+                self.metrics.start()
             windows, stable = await self._measure(load, label, mode == REQUEST_RATE)
         finally:
+            if self.metrics is not None:
+                await self.metrics.stop()
             if load is not None:
                 await load.stop(DRAIN_TIMEOUT_S)
             self.progress.clear()
@@ -215,9 +235,10 @@ class Profiler:
             send,
             rate,
             self.config.request_distribution,
-            self.config.max_outstanding,
+            self.config.rate_in_flight_limit,
             self.config.seed,
             request_limit=limit,
+            intervals_ns=self.config.request_intervals_ns or None,
         )
 
     def _sender(self, pool: ClientPool) -> Callable[[int, int], Any]:
@@ -225,19 +246,24 @@ class Profiler:
         payloads, outputs = self._payloads, self._outputs
         timeout = self.config.request_timeout_s
         grpc = self.config.protocol == GRPC
+        headers = self.connection.headers if self.connection is not None else {}
 
         async def send(worker: int, seq: int) -> Any:
             client = pool.client_for(worker)
             inputs = payloads[seq % len(payloads)]
             if grpc:
                 return await client.infer(
-                    model, inputs, version, outputs=outputs, client_timeout=timeout
+                    model,
+                    inputs,
+                    version,
+                    outputs=outputs,
+                    client_timeout=timeout,
+                    headers=headers or None,
                 )
-            # HTTP: the pool's aiohttp session enforces the timeout. aiohttp asks for gzip on
-            # every response unless told otherwise; perf_analyzer (libcurl) asks for none.
+            # HTTP: the pool's aiohttp session enforces the timeout.
             return await client.infer(
-                model, inputs, version, outputs=outputs, headers=dict(_NO_RESPONSE_COMPRESSION)
-            )  # a fresh dict each time: tritonclient adds per-request headers to it
+                model, inputs, version, outputs=outputs, headers=http_infer_headers(headers)
+            )
 
         return send
 
@@ -258,6 +284,28 @@ class Profiler:
         self._raise_if_failed(load, "warm-up")
         self._calibrate_recv(load)
         load.buffer.swap()
+
+    async def _warm_up_requests(self, load: Load, label: str) -> None:
+        """Send exactly ``warmup_request_count`` requests and wait for them (perf_analyzer's
+        ``PerformWarmup``); their measurements are thrown away."""
+        load.start()
+        deadline = time.monotonic() + REQUEST_COUNT_CAP_S
+        try:
+            while not load.finished.is_set() and not load.failed:
+                if time.monotonic() >= deadline:
+                    raise PerfError(
+                        f"warm-up did not finish {self.config.warmup_request_count} requests "
+                        f"within {REQUEST_COUNT_CAP_S:g} s"
+                    )
+                self.progress.status(
+                    f"[perf] {label}: warming up {load.buffer.completed}/"
+                    f"{self.config.warmup_request_count} requests"
+                )
+                await asyncio.sleep(_TICK_S / 5)
+        finally:
+            await load.stop(DRAIN_TIMEOUT_S)
+        self._raise_if_failed(load, "warm-up")
+        self._calibrate_recv(load)
 
     async def _measure(
         self, load: Load, label: str, relax_latency: bool
@@ -291,6 +339,7 @@ class Profiler:
                 delayed_count=sum(1 for r in records if r.delayed),
                 sent_count=sent,
                 server=self._server_delta(start_stats, end_stats, len(records)),
+                metrics=self._take_metrics(),
             )
             windows.append(window)
             self._report_window(label, trial, window)
@@ -386,6 +435,15 @@ class Profiler:
             )
         return delta
 
+    def _take_metrics(self) -> list[GpuMetrics]:
+        """The window's GPU metric scrapes (none without ``--collect-metrics``)."""
+        if self.metrics is None:
+            return []
+        samples = self.metrics.take()
+        for warning in self.metrics.warnings():
+            self._warn_once(warning)
+        return samples
+
     def _warn_once(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
@@ -449,6 +507,7 @@ class Profiler:
             client_recv_us=(self._recv_ns or 0) // 1000,
             cache_enabled=self.model.response_cache,
             warnings=list(self.warnings),
+            gpu_metrics=merge_metrics(merged.metrics) if self.metrics is not None else None,
         )
 
 

@@ -207,8 +207,151 @@ def test_json_file_errors(tmp_path):
         prepare_requests(IDENT, 1, {}, str(bad))
     with pytest.raises(PerfError, match="neither random"):
         prepare_requests(IDENT, 1, {}, str(tmp_path / "missing.json"))
-    with pytest.raises(PerfError, match="directories"):
-        prepare_requests(IDENT, 1, {}, str(tmp_path))
+
+
+def test_json_validation_data_is_refused_not_ignored():
+    document = {"data": [{"IN": [1, 2, 3, 4]}], "validation_data": [{"OUT": [1, 2, 3, 4]}]}
+    with pytest.raises(PerfError, match="does not validate outputs"):
+        load_json_data(document, IDENT)
+
+
+# ---------------------------------------------------------------------------------------------
+# --input-data DIR: one file per input, named after it (perf_analyzer's ReadDataFromDir)
+
+MIXED = _model(
+    TensorMeta("IMAGE", "FP32", [2, 2]),
+    TensorMeta("IDS", "INT64", [3]),
+    TensorMeta("TEXT", "BYTES", [2]),
+)
+
+
+def _data_dir(tmp_path, files: dict[str, bytes]):
+    directory = tmp_path / "data"
+    directory.mkdir(parents=True)
+    for name, content in files.items():
+        (directory / name).write_bytes(content)
+    return directory
+
+
+def _mixed_files(**changes: bytes) -> dict[str, bytes]:
+    files = {
+        "IMAGE": np.array([0.5, 1.5, 2.5, 3.5], dtype="<f4").tobytes(),
+        "IDS": np.array([7, -8, 2**40], dtype="<i8").tobytes(),
+        "TEXT": b"hello world\nsecond\n",
+    }
+    files.update(changes)
+    return files
+
+
+def test_directory_fp32_int64_bytes(tmp_path):
+    directory = _data_dir(tmp_path, _mixed_files())
+    [request] = prepare_requests(MIXED, 1, {}, str(directory))
+    assert request["IMAGE"].dtype == np.float32
+    assert request["IMAGE"].tolist() == [[[0.5, 1.5], [2.5, 3.5]]]  # row-major, batch dim added
+    assert request["IDS"].dtype == np.int64
+    assert request["IDS"].tolist() == [[7, -8, 2**40]]
+    assert request["TEXT"].tolist() == [[b"hello world", b"second"]]
+
+
+def test_directory_batch_repeats_the_row(tmp_path):
+    # perf_analyzer's directory is one batch-1 step: -b N sends it N times per request.
+    directory = _data_dir(tmp_path, _mixed_files())
+    [request] = prepare_requests(MIXED, 3, {}, str(directory))
+    assert request["IMAGE"].shape == (3, 2, 2)
+    assert request["IDS"].tolist() == [[7, -8, 2**40]] * 3
+    assert request["TEXT"].shape == (3, 2)
+    # The file holds one row, not a batch: 3 rows of data are the wrong size for -b 3.
+    big = _data_dir(tmp_path / "b", {"IN": np.zeros(12, dtype="<f4").tobytes()})
+    with pytest.raises(PerfError, match="has byte size 48, expect 16"):
+        prepare_requests(IDENT, 3, {}, str(big))
+
+
+def test_directory_without_batching_and_with_shape(tmp_path):
+    unbatched = _model(TensorMeta("IN", "UINT8", [-1]), max_batch_size=0)
+    directory = _data_dir(tmp_path, {"IN": b"\x89PNG\r\n"})
+    [request] = prepare_requests(unbatched, 1, {"IN": [6]}, str(directory))
+    assert request["IN"].shape == (6,)
+    assert request["IN"].tobytes() == b"\x89PNG\r\n"
+    with pytest.raises(PerfError, match="contains dynamic shape"):
+        prepare_requests(unbatched, 1, {}, str(directory))
+    with pytest.raises(PerfError, match="has byte size 6, expect 5"):
+        prepare_requests(unbatched, 1, {"IN": [5]}, str(directory))
+
+
+def test_directory_bf16_and_bool(tmp_path):
+    model = _model(TensorMeta("H", "BF16", [2]), TensorMeta("B", "BOOL", [3]))
+    halves = (np.array([1.0, -2.0], dtype=np.float32).view(np.uint32) >> 16).astype("<u2")
+    files = {"H": halves.tobytes(), "B": bytes([1, 0, 1])}
+    [request] = prepare_requests(model, 1, {}, str(_data_dir(tmp_path, files)))
+    assert request["H"].tolist() == [[1.0, -2.0]]  # 2 bytes per BF16 element on the wire
+    assert request["B"].tolist() == [[True, False, True]]
+
+
+@pytest.mark.parametrize(
+    ("text", "elements"),
+    [
+        (b"a\nb", [b"a", b"b"]),  # no final newline
+        (b"a\nb\n", [b"a", b"b"]),  # a final newline ends the last line
+        (b"\nb\n", [b"", b"b"]),  # an empty line is an empty string
+        (b"a b\r\nc\n", [b"a b\r", b"c"]),  # only \n splits, as std::getline
+    ],
+)
+def test_directory_bytes_lines(tmp_path, text, elements):
+    model = _model(TensorMeta("S", "BYTES", [2]))
+    [request] = prepare_requests(model, 1, {}, str(_data_dir(tmp_path, {"S": text})))
+    assert request["S"].tolist() == [elements]
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            _mixed_files(IMAGE=b"\0" * 12),
+            "^provided data for input IMAGE has byte size 12, expect 16$",
+        ),
+        (
+            _mixed_files(IDS=np.zeros(4, dtype="<i8").tobytes()),
+            "^provided data for input IDS has byte size 32, expect 24$",
+        ),
+        (_mixed_files(TEXT=b"one\n"), "^provided data for input TEXT has 1 elements, expect 2$"),
+        (_mixed_files(TEXT=b"a\nb\nc"), "has 3 elements, expect 2"),
+        (_mixed_files(IMAGE=b""), "^file '.*/data/IMAGE' is empty$"),
+        (
+            _mixed_files(EXTRA=b"x"),
+            "^Provided data file 'EXTRA' does not correspond to a valid model input or output.$",
+        ),
+        (_mixed_files(OUT=b"\0" * 16), "data file 'OUT' holds expected data for output 'OUT'"),
+    ],
+)
+def test_directory_errors(tmp_path, files, message):
+    with pytest.raises(PerfError, match=message):
+        prepare_requests(MIXED, 1, {}, str(_data_dir(tmp_path, files)))
+
+
+def test_directory_missing_file_names_the_path(tmp_path):
+    files = _mixed_files()
+    del files["IDS"]
+    directory = _data_dir(tmp_path, files)
+    with pytest.raises(PerfError, match=r"^failed to open file '.*/data/IDS' \(a data directory"):
+        prepare_requests(MIXED, 1, {}, str(directory))
+
+
+def test_directory_optional_input_still_needs_its_file(tmp_path):
+    # perf_analyzer's ReadDataFromDir opens a file for every input, optional ones too.
+    model = _model(TensorMeta("IN", "FP32", [4]), TensorMeta("MASK", "FP32", [4], optional=True))
+    directory = _data_dir(tmp_path, {"IN": np.zeros(4, dtype="<f4").tobytes()})
+    with pytest.raises(PerfError, match=r"failed to open file '.*MASK'"):
+        prepare_requests(model, 1, {}, str(directory))
+    (directory / "MASK").write_bytes(np.ones(4, dtype="<f4").tobytes())
+    [request] = prepare_requests(model, 1, {}, str(directory))
+    assert request["MASK"].tolist() == [[1.0] * 4]
+
+
+def test_directory_subdirectory_named_after_an_input_is_not_a_file(tmp_path):
+    directory = _data_dir(tmp_path, {})
+    (directory / "IN").mkdir()
+    with pytest.raises(PerfError, match="failed to open file"):
+        prepare_requests(IDENT, 1, {}, str(directory))
 
 
 def test_batch_requests_refuses_mixed_shapes_and_caps_count():

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
-from rayton_perf.load import ConcurrencyLoad, RequestRateLoad
+from rayton_perf.config import PerfError
+from rayton_perf.load import (
+    ConcurrencyLoad,
+    RequestRateLoad,
+    intervals_rate,
+    read_request_intervals,
+)
 
 
 class FakeServer:
@@ -122,3 +129,39 @@ def test_interval_distribution():
     assert 9_000_000 < sum(gaps) / len(gaps) < 11_000_000
     with pytest.raises(ValueError):
         RequestRateLoad(FakeServer().send, rate=0)
+
+
+def test_custom_intervals_replace_the_rate():
+    load = RequestRateLoad(FakeServer().send, rate=1, intervals_ns=[1_000_000, 5_000_000])
+    assert [load.interval_ns() for _ in range(5)] == [1_000_000, 5_000_000] * 2 + [1_000_000]
+    assert intervals_rate([1_000_000, 5_000_000]) == pytest.approx(2 / 0.006)
+
+
+async def test_custom_intervals_schedule_requests():
+    server = FakeServer(delay_s=0.001)
+    # 60 ms then 0 ms: pairs of requests 60 ms apart (wide margins for a busy machine).
+    load = RequestRateLoad(server.send, rate=100, intervals_ns=[60_000_000, 0], request_limit=6)
+    load.start()
+    await asyncio.wait_for(load.finished.wait(), timeout=5)
+    records, _ = load.buffer.swap()
+    starts = sorted(r.start_ns for r in records)
+    gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(starts)]
+    assert len(records) == 6
+    # The first request goes at once, the next after 60 ms, then 0, 60, 0, ...
+    assert all(gap > 30 for gap in gaps_ms[0::2])  # the 60 ms gaps
+    assert all(gap < 30 for gap in gaps_ms[1::2])  # the 0 us gaps
+    await load.stop()
+
+
+def test_read_request_intervals(tmp_path):
+    path = tmp_path / "intervals"
+    path.write_text("100\n 250 \n\n0\n")
+    assert read_request_intervals(path) == [100_000, 250_000, 0]  # usec in, nsec out
+    path.write_text("")
+    with pytest.raises(PerfError, match="is empty"):
+        read_request_intervals(path)
+    path.write_text("100\n1.5\n")
+    with pytest.raises(PerfError, match=r"line 2: '1\.5' is not a whole number"):
+        read_request_intervals(path)
+    with pytest.raises(PerfError, match="failed to open file"):
+        read_request_intervals(tmp_path / "missing")

@@ -6,6 +6,7 @@ import csv
 
 from rayton_perf.config import PerfConfig
 from rayton_perf.measure import LatencyStats
+from rayton_perf.metrics import GpuMetrics
 from rayton_perf.report import (
     format_level,
     format_level_header,
@@ -14,7 +15,7 @@ from rayton_perf.report import (
     write_csv,
     write_plot,
 )
-from rayton_perf.result import LevelResult, csv_header, format_number, sort_for_csv
+from rayton_perf.result import CsvOptions, LevelResult, csv_header, format_number, sort_for_csv
 from rayton_perf.server_stats import ServerStats
 
 HEADER = (
@@ -152,3 +153,81 @@ def test_as_dict_is_plain_data():
     assert data["level"] == 2 and data["stable"] is True
     assert data["server"]["avg_queue_us"] == 300
     assert data["batch_size_distribution"] == {2: 30, 4: 20}
+
+
+def test_verbose_csv_columns(tmp_path):
+    verbose = CsvOptions(verbose=True)
+    header = csv_header("concurrency", options=verbose)
+    assert header[-3:] == ["Avg latency", "request/response", "response wait"]
+    # avg 1500, send 20 + recv 30 = 50, response wait 1450
+    assert _result(1, 10).as_csv_row(verbose)[-3:] == ["1500", "50", "1450"]
+    with_percentile = CsvOptions(verbose=True, percentile=95)
+    assert "Avg latency" not in csv_header("concurrency", options=with_percentile)
+    assert _result(1, 10).as_csv_row(with_percentile)[-2:] == ["50", "1450"]
+    assert csv_header("concurrency", options=CsvOptions()) == csv_header("concurrency")
+    path = tmp_path / "verbose.csv"
+    write_csv(path, [_result(1, 10), _result(2, 20)], "concurrency", verbose)
+    lines = path.read_text().splitlines()
+    assert lines[0] == HEADER + ",Avg latency,request/response,response wait"
+    assert all(len(line.split(",")) == len(lines[0].split(",")) for line in lines)
+
+
+def test_verbose_csv_gpu_metric_cells():
+    options = CsvOptions(verbose=True, metrics=True)
+    header = csv_header("concurrency", options=options)
+    assert header[-4:] == [
+        "Avg GPU Utilization",
+        "Avg GPU Power Usage",
+        "Max GPU Memory Usage",
+        "Total GPU Memory",
+    ]
+    result = _result(1, 10)
+    result.gpu_metrics = GpuMetrics(
+        {"GPU-b": 0.5, "GPU-a": 0.25}, {"GPU-a": 70.5}, {"GPU-a": 123456789}, {"GPU-a": 8 << 30}
+    )
+    assert result.as_csv_row(options)[-4:] == [
+        "GPU-a:0.25;GPU-b:0.5;",
+        "GPU-a:70.5;",
+        "GPU-a:123456789;",
+        f"GPU-a:{8 << 30};",
+    ]
+    assert _result(1, 10).as_csv_row(options)[-4:] == ["", "", "", ""]  # no GPUs scraped
+
+
+def test_gpu_metrics_block():
+    result = _result(1, 10)
+    result.gpu_metrics = GpuMetrics(
+        {"GPU-a": 0.25}, {"GPU-a": 70.5}, {"GPU-a": 100}, {"GPU-a": 800}
+    )
+    text = format_level(result, "http")
+    assert (
+        "  Server Prometheus Metrics: \n    Avg GPU Utilization:\n      GPU-a : 25%\n"
+        "    Avg GPU Power Usage:\n      GPU-a : 70.5 watts\n    Max GPU Memory Usage:\n"
+        "      GPU-a : 100 bytes\n    Total GPU Memory:\n      GPU-a : 800 bytes\n"
+    ) in text
+    assert "Prometheus" not in format_level(_result(1, 10), "http")
+    many = _result(1, 10)
+    many.gpu_metrics = GpuMetrics({f"GPU-{i}": 0.1 for i in range(17)})
+    assert "Too many GPUs on system" in format_level(many, "http")
+
+
+def test_settings_banner_for_new_options():
+    config = PerfConfig(
+        "m",
+        warmup_s=0,
+        warmup_request_count=1,
+        latency_threshold_ms=40,
+        binary_search=True,
+        synchronous=True,
+    )
+    settings = format_settings(config, "concurrency", [1, 8])
+    assert "  Sending 1 warmup request\n" in settings
+    assert "  Latency limit: 40 msec\n" in settings
+    assert "  Using Binary Search algorithm\n" in settings
+    assert "  Using synchronous calls for inference\n" in settings
+    assert "Warm-up:" not in settings
+    assert "asynchronous" in format_settings(PerfConfig("m"), "concurrency", [1])
+    custom = PerfConfig("m", request_intervals_ns=[1_000_000, 3_000_000])
+    settings = format_settings(custom, "request_rate", [500.0])
+    assert "  Using 2 custom request intervals (500 requests per second)\n" in settings
+    assert "distribution" not in settings
