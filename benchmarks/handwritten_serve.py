@@ -18,7 +18,14 @@ from starlette.responses import Response
 
 @serve.deployment(max_ongoing_requests=128, ray_actor_options={"num_cpus": 0})
 class HandwrittenModel:
-    def __init__(self, name: str, onnx_path: str, input_dims: list[int], output_dims: list[int]):
+    def __init__(
+        self,
+        name: str,
+        onnx_path: str,
+        input_dims: list[int],
+        output_dims: list[int],
+        max_batch_size: int = 32,
+    ):
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -31,7 +38,8 @@ class HandwrittenModel:
             "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, *input_dims]}],
             "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, *output_dims]}],
         }
-        self.config = {"name": name, "max_batch_size": 32, "dynamic_batching": {}}
+        self.config = {"name": name, "max_batch_size": max_batch_size, "dynamic_batching": {}}
+        self.run.set_max_batch_size(max_batch_size)
 
     @serve.batch(
         max_batch_size=32,

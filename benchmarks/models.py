@@ -10,41 +10,60 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from examples.builders import save_onnx_cnn, save_onnx_mlp
+from examples.builders import save_onnx_cnn, save_onnx_convnet, save_onnx_mlp
 
 MAX_BATCH_SIZE = 32
 QUEUE_DELAY_US = 2000
+IMAGE_SHAPE = (480, 640, 3)  # what the python pipeline models take: a VGA RGB image, UINT8
 
 
 @dataclass(frozen=True)
 class BenchModel:
+    """One benchmark model. ``kind``: ``onnx`` (rayton's ONNX Runtime backend; the reference
+    Triton runs the same file in a python model) or ``python`` (the same ``model.py`` on both
+    servers)."""
+
     name: str
     input_dims: tuple[int, ...]
     output_dims: tuple[int, ...]
+    max_batch_size: int = MAX_BATCH_SIZE
+    kind: str = "onnx"
+    input_type: str = "FP32"
 
     def save_onnx(self, path: Path) -> Path:
         if self.name == "mlp":
             return save_onnx_mlp(path, (512, 2048, 2048, 1000))
+        if self.name == "convnet":
+            return save_onnx_convnet(path)
         return save_onnx_cnn(path, self.input_dims, self.output_dims[0])
 
 
 MODELS = (
     BenchModel("mlp", (512,), (1000,)),
+    # compute-bound: ~4 ms per row on one ONNX Runtime thread, where batching decides
+    BenchModel("convnet", (3, 160, 160), (1000,), max_batch_size=8),
+    # the small CNN the BLS pipeline calls
     BenchModel("cnn", (3, 64, 64), (10,)),
+    BenchModel("preprocess", IMAGE_SHAPE, (3, 64, 64), 8, "python", "UINT8"),
+    BenchModel("pipeline", IMAGE_SHAPE, (10,), 8, "python", "UINT8"),
 )
+ONNX_MODELS = tuple(m for m in MODELS if m.kind == "onnx")
 
 
 def _config(model: BenchModel, backend: str) -> str:
     dims = lambda d: ", ".join(str(x) for x in d)  # noqa: E731
+    output_type = "FP32"
+    threads = ""
+    if backend == "onnxruntime":
+        threads = 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
     return f"""name: "{model.name}"
 backend: "{backend}"
-max_batch_size: {MAX_BATCH_SIZE}
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims(model.input_dims)} ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {dims(model.output_dims)} ] }} ]
+max_batch_size: {model.max_batch_size}
+input [ {{ name: "INPUT0" data_type: TYPE_{model.input_type} dims: [ {dims(model.input_dims)} ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_{output_type} dims: [ {dims(model.output_dims)} ] }} ]
 dynamic_batching {{ max_queue_delay_microseconds: {QUEUE_DELAY_US} }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-parameters {{ key: "intra_op_thread_count" value: {{ string_value: "1" }} }}
-"""
+{threads}"""
 
 
 _REFERENCE_MODEL_PY = '''"""ONNX Runtime inside Triton's python backend."""
@@ -77,14 +96,85 @@ class TritonPythonModel:
 '''
 
 
+# The python pipeline models, the same file on both servers. Pre-processing as an image
+# classifier's: centre crop, downsample, scale to [0, 1], normalise, HWC -> CHW.
+_PREPROCESS = """
+_MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(3, 1, 1)
+_STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(3, 1, 1)
+
+
+def preprocess(images):
+    \"\"\"[n, 480, 640, 3] UINT8 -> [n, 3, 64, 64] FP32.\"\"\"
+    crop = images[:, 16:464, 96:544, :]  # the centre 448 x 448
+    small = crop[:, ::7, ::7, :].astype(np.float32) / 255.0
+    return (small.transpose(0, 3, 1, 2) - _MEAN) / _STD
+"""
+
+PREPROCESS_MODEL_PY = (
+    '''"""Image pre-processing in Triton's python backend (benchmark model)."""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+'''
+    + _PREPROCESS
+    + """
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            images = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            tensor = pb_utils.Tensor("OUTPUT0", preprocess(images))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
+        return responses
+"""
+)
+
+PIPELINE_MODEL_PY = (
+    '''"""A BLS pipeline in Triton's python backend (benchmark model): pre-process the image,
+then classify it with the ONNX model `cnn` through a BLS call."""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+'''
+    + _PREPROCESS
+    + """
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            images = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            call = pb_utils.InferenceRequest(
+                model_name="cnn",
+                requested_output_names=["OUTPUT0"],
+                inputs=[pb_utils.Tensor("INPUT0", preprocess(images))],
+            )
+            result = call.exec()
+            if result.has_error():
+                raise pb_utils.TritonModelException(result.error().message())
+            scores = pb_utils.get_output_tensor_by_name(result, "OUTPUT0")
+            responses.append(pb_utils.InferenceResponse(output_tensors=[scores]))
+        return responses
+"""
+)
+_PYTHON_MODELS = {"preprocess": PREPROCESS_MODEL_PY, "pipeline": PIPELINE_MODEL_PY}
+
+
 def write_repositories(root: Path) -> tuple[Path, Path]:
     """Write ``root/rayton`` and ``root/reference``; returns both repository paths."""
     rayton, reference = root / "rayton", root / "reference"
     for model in MODELS:
+        for repository in (rayton, reference):
+            (repository / model.name / "1").mkdir(parents=True, exist_ok=True)
+        if model.kind == "python":
+            for repository in (rayton, reference):
+                (repository / model.name / "1" / "model.py").write_text(_PYTHON_MODELS[model.name])
+                (repository / model.name / "config.pbtxt").write_text(_config(model, "python"))
+            continue
         onnx_path = model.save_onnx(rayton / model.name / "1" / "model.onnx")
         (rayton / model.name / "config.pbtxt").write_text(_config(model, "onnxruntime"))
         version = reference / model.name / "1"
-        version.mkdir(parents=True, exist_ok=True)
         (version / "model.onnx").write_bytes(onnx_path.read_bytes())
         (version / "model.py").write_text(_REFERENCE_MODEL_PY)
         (reference / model.name / "config.pbtxt").write_text(_config(model, "python"))

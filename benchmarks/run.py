@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import raw_ort
-from benchmarks.models import MAX_BATCH_SIZE, MODELS, QUEUE_DELAY_US, write_repositories
+from benchmarks.models import MODELS, ONNX_MODELS, QUEUE_DELAY_US, write_repositories
 from rayton_perf.config import PerfConfig
 from rayton_perf.result import LevelResult
 from rayton_perf.runner import run_level
@@ -52,10 +52,23 @@ LEVELS = (
     Level("mlp", 1, 16),
     Level("mlp", 1, 32),
     Level("mlp", 8, 16),
-    Level("cnn", 1, 1),
-    Level("cnn", 1, 16),
-    Level("cnn", 1, 32),
+    Level("convnet", 1, 1),
+    Level("convnet", 1, 8),
+    Level("preprocess", 1, 8),
+    Level("pipeline", 1, 8),
 )
+# Levels also measured over gRPC (rayton's and the reference Triton's)
+GRPC_LEVELS = frozenset(
+    (
+        Level("mlp", 1, 1),
+        Level("mlp", 1, 16),
+        Level("mlp", 1, 32),
+        Level("mlp", 8, 16),
+        Level("convnet", 1, 8),
+    )
+)
+# Models the hand-written app serves (it runs ONNX files only)
+HANDWRITTEN_MODELS = frozenset(m.name for m in ONNX_MODELS)
 
 
 @dataclass
@@ -77,6 +90,7 @@ class RunningSystem:
     url: str
     stop: Callable[[], None]
     session_id: int  # every server process runs in this session
+    grpc_url: str = ""  # where it also answers gRPC ("" for none)
 
 
 def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem:
@@ -84,7 +98,7 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
     port = free_port()
     python = sys.executable
     if name in ("rayton", "rayton-grpc", "rayton-dedicated"):
-        grpc_port = free_port() if name == "rayton-grpc" else 0  # 0: no gRPC frontend
+        grpc_port = free_port()
         # rayton-dedicated: HTTP with the model in an application of its own instead of the
         # shared CPU-model host (the default).
         hosting = "dedicated" if name == "rayton-dedicated" else "shared"
@@ -93,7 +107,9 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
             logs / f"{name}.log",
         )
         server.wait_http(f"http://127.0.0.1:{port}/v2/health/ready")
-        return RunningSystem(f"127.0.0.1:{grpc_port or port}", server.stop, server.process.pid)
+        http, grpc = f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
+        url = grpc if name == "rayton-grpc" else http
+        return RunningSystem(url, server.stop, server.process.pid, grpc)
     if name == "handwritten":
         server = ServerProcess(
             [
@@ -117,7 +133,7 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
         triton = ReferenceTriton(repos["reference"])
         triton.start()
         url = triton.http_url.removeprefix("http://")
-        return RunningSystem(url, triton.stop, triton.session_id)
+        return RunningSystem(url, triton.stop, triton.session_id, triton.grpc_url)
     raise ValueError(name)
 
 
@@ -128,24 +144,32 @@ def measure_system(
     window_ms: int,
     warmup_s: float,
     levels: tuple[Level, ...] = LEVELS,
-) -> dict[Level, LevelResult]:
+) -> dict[str, dict[Level, LevelResult]]:
+    """Every level over HTTP, and the :data:`GRPC_LEVELS` among them over gRPC too where the
+    system answers it, on one start of the system: ``{name: ..., name + "-grpc": ...}``."""
     system = start_system(name, repos, logs)
-    results = {}
+    results: dict[str, dict[Level, LevelResult]] = {name: {}, f"{name}-grpc": {}}
+    runs = [(level, "http") for level in levels]
+    if system.grpc_url:
+        runs += [(level, "grpc") for level in levels if level in GRPC_LEVELS]
     try:
-        for level in levels:
+        for level, protocol in runs:
+            if name == "handwritten" and level.model not in HANDWRITTEN_MODELS:
+                continue
             config = PerfConfig(
                 model_name=level.model,
-                url=system.url,
-                protocol="grpc" if name.endswith("grpc") else "http",
+                url=system.grpc_url if protocol == "grpc" else system.url,
+                protocol=protocol,
                 batch_size=level.batch,
                 measurement_interval_ms=window_ms,
                 max_trials=3,
                 warmup_s=warmup_s,
             )
             result = asyncio.run(run_level(config, concurrency=level.concurrency))
-            results[level] = result
+            label = name if protocol == "http" else f"{name}-grpc"
+            results[label][level] = result
             print(
-                f"  {name:12s} {level.label:18s} {result.throughput:8.1f} infer/s  "
+                f"  {label:12s} {level.label:22s} {result.throughput:8.1f} infer/s  "
                 f"p50 {result.latencies.p50_us / 1000:6.2f} ms",
                 flush=True,
             )
@@ -174,36 +198,56 @@ def versions() -> str:
     return ", ".join(f"{n} {version(n)}" for n in names) + f", Python {platform.python_version()}"
 
 
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if a == a and b == b else "n/a"  # NaN: not measured
+
+
+def _rate(value: float) -> str:
+    return f"{value:.0f}" if value == value else "n/a"
+
+
 def render(
     systems: dict[str, SystemResults], raw: dict[str, dict], runs: int, command: str, elapsed: float
 ) -> str:
     rayton, triton, hand = systems["rayton"], systems["triton"], systems["handwritten"]
-    lines = [
+    grpc = systems.get("rayton-grpc")
+    lines: list[str] = [
         "# Benchmarks",
         "",
         f"Command: `{command}` ({runs} run(s), medians; {elapsed / 60:.1f} min in all).",
         f"Machine: {machine_description()}.",
         f"Versions: {versions()}.",
         "",
-        f"Every system serves the same ONNX models with `max_batch_size: {MAX_BATCH_SIZE}`, a "
-        f"{QUEUE_DELAY_US} µs queue delay and one single-threaded ONNX Runtime instance "
-        "(reference Triton: python backend running ONNX Runtime, since the bundled server has "
-        "no ORT backend). Load: `rayton perf`'s library (tritonclient aio, binary tensors), "
-        "closed loop, on the same machine, one system at a time.",
+        "Every system serves the same models with dynamic batching (a "
+        f"{QUEUE_DELAY_US} µs queue delay) and one instance: "
+        + ", ".join(f"`{m.name}` (max_batch_size {m.max_batch_size})" for m in MODELS)
+        + ". ONNX models run on one ONNX Runtime thread (reference Triton: a python model "
+        "running ONNX Runtime, since the bundled server has no ORT backend); `preprocess` "
+        "(640x480 UINT8 image -> normalised 3x64x64) and `pipeline` (the same, then a BLS call to "
+        "the ONNX `cnn`) are the same `model.py` on both servers. Load: `rayton perf`'s library "
+        "(tritonclient aio, binary tensors), closed loop, on the same machine, one system at a "
+        "time; rayton gRPC goes through HAProxy straight to the model's replicas. Rates in "
+        "inferences (rows) per second.",
         "",
-        "| level | rayton HTTP infer/s | rayton gRPC infer/s | Triton 2.51 infer/s "
-        "| hand-written Serve infer/s | rayton / Triton | rayton / hand-written "
-        "| gRPC / HTTP | p50 rayton / Triton (ms) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| level | rayton HTTP | rayton gRPC | Triton 2.51 HTTP | Triton 2.51 gRPC "
+        "| hand-written Serve | rayton / Triton HTTP | rayton / Triton gRPC "
+        "| rayton / hand-written | rayton gRPC / HTTP | p50 rayton / Triton HTTP (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    grpc = systems.get("rayton-grpc")
+    triton_grpc = systems.get("triton-grpc")
+
+    def rate(results: SystemResults | None, level: Level) -> float:
+        if results is None or level not in results.levels:
+            return float("nan")
+        return results.median_throughput(level)
+
     for level in LEVELS:
-        r, t, h = (s.median_throughput(level) for s in (rayton, triton, hand))
-        g = grpc.median_throughput(level) if grpc else float("nan")
+        r, g, t = rate(rayton, level), rate(grpc, level), rate(triton, level)
+        tg, h = rate(triton_grpc, level), rate(hand, level)
         p50 = f"{rayton.median_p50_us(level) / 1000:.2f} / {triton.median_p50_us(level) / 1000:.2f}"
         lines.append(
-            f"| {level.label} | {r:.0f} | {g:.0f} | {t:.0f} | {h:.0f} | {r / t:.2f} | "
-            f"{r / h:.2f} | {g / r:.2f} | {p50} |"
+            f"| {level.label} | {_rate(r)} | {_rate(g)} | {_rate(t)} | {_rate(tg)} | {_rate(h)} "
+            f"| {_ratio(r, t)} | {_ratio(g, tg)} | {_ratio(r, h)} | {_ratio(g, r)} | {p50} |"
         )
     lines += [
         "",
@@ -218,11 +262,21 @@ def render(
             lines.append(f"| {model} | {batch} | {rows_per_s:.0f} | {p50_ms:.2f} |")
     mlp_b8 = Level("mlp", 8, 16)
     best_raw = max(v["rows_per_s"] for v in raw["mlp"].values())
+    convnet_c8 = Level("convnet", 1, 8)
+    raw_convnet = raw["convnet"][8]["rows_per_s"]
     lines += [
         "",
         f"`mlp b=8 c=16` on rayton: {rayton.median_throughput(mlp_b8):.0f} rows/s = "
         f"{rayton.median_throughput(mlp_b8) / best_raw:.0%} of raw ONNX Runtime's best "
         f"single-thread batch throughput ({best_raw:.0f} rows/s).",
+        f"`convnet c=8` on rayton: HTTP {rayton.median_throughput(convnet_c8):.0f} rows/s = "
+        f"{rayton.median_throughput(convnet_c8) / raw_convnet:.0%} of raw ONNX Runtime at "
+        f"batch 8 ({raw_convnet:.0f} rows/s)"
+        + (
+            f", gRPC {rate(grpc, convnet_c8) / raw_convnet:.0%}."
+            if grpc is not None and convnet_c8 in grpc.levels
+            else "."
+        ),
         "",
         "Batch sizes rayton executed (executions per batch size, last run, from the "
         "statistics extension):",
@@ -241,9 +295,9 @@ def render(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--window-ms", type=int, default=3000)
-    parser.add_argument("--warmup-s", type=float, default=3.0)
-    parser.add_argument("--systems", default="rayton,rayton-grpc,triton,handwritten")
+    parser.add_argument("--window-ms", type=int, default=2000)
+    parser.add_argument("--warmup-s", type=float, default=2.0)
+    parser.add_argument("--systems", default="rayton,triton,handwritten")
     parser.add_argument("--output", default="BENCHMARKS.md")
     parser.add_argument(
         "--levels",
@@ -262,17 +316,25 @@ def main(argv: list[str] | None = None) -> int:
         rayton_repo, reference_repo = write_repositories(root)
         repos = {"rayton": rayton_repo, "reference": reference_repo}
         raw = {
-            m.name: raw_ort.measure(rayton_repo / m.name / "1" / "model.onnx", m.input_dims)
-            for m in MODELS
+            m.name: raw_ort.measure(
+                rayton_repo / m.name / "1" / "model.onnx",
+                m.input_dims,
+                max_batch_size=m.max_batch_size,
+            )
+            for m in ONNX_MODELS
+            if m.name in {level.model for level in LEVELS}
         }
         names = args.systems.split(",")
-        systems = {name: SystemResults(name) for name in names}
+        systems = {
+            label: SystemResults(label) for name in names for label in (name, f"{name}-grpc")
+        }
         for run in range(args.runs):
             print(f"run {run + 1}/{args.runs}", flush=True)
             for name in names:
                 measured = measure_system(name, repos, root, args.window_ms, args.warmup_s, levels)
-                for level, result in measured.items():
-                    systems[name].levels.setdefault(level, []).append(result)
+                for label, per_level in measured.items():
+                    for level, result in per_level.items():
+                        systems[label].levels.setdefault(level, []).append(result)
         if set(names) >= {"rayton", "triton", "handwritten"} and levels == LEVELS:
             report = render(systems, raw, args.runs, command, time.monotonic() - started)
             Path(args.output).write_text(report)

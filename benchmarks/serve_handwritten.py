@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from benchmarks.handwritten_serve import HandwrittenModel, HandwrittenServer
-from benchmarks.models import MODELS
+from benchmarks.models import ONNX_MODELS
 from cluster.local import start_ray
 
 
@@ -32,10 +32,14 @@ def main() -> None:
         signal.signal(sig, lambda *_: stop.set())
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     targets = [RunTarget(HandwrittenServer.bind(), name="server", route_prefix="/")]
-    for model in MODELS:
+    for model in ONNX_MODELS:
         path = str((args.repository / model.name / "1" / "model.onnx").resolve())
         app = HandwrittenModel.options(name=model.name).bind(
-            model.name, path, list(model.input_dims), list(model.output_dims)
+            model.name,
+            path,
+            list(model.input_dims),
+            list(model.output_dims),
+            model.max_batch_size,
         )
         targets.append(RunTarget(app, name=model.name, route_prefix=f"/v2/models/{model.name}"))
     serve.run_many(targets, wait_for_applications_running=True)

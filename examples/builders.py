@@ -125,6 +125,57 @@ def save_onnx_cnn(
     return _save(path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
+# (output channels, stride) of the conv net's six conv + batch-norm + ReLU blocks
+CONVNET_BLOCKS = ((32, 2), (64, 2), (64, 1), (128, 2), (128, 1), (256, 2))
+
+
+def save_onnx_convnet(path: Path, classes: int = 1000, seed: int = 0) -> Path:
+    """The issue's compute-bound model: six 3x3 conv + batch-norm + ReLU blocks (32-64-64-128-
+    128-256 channels, strides 2-2-1-2-1-2) on 3x160x160, global average pool, linear to 1000."""
+    onnx, helper = _onnx()
+    rng = np.random.default_rng(seed)
+    initializers, nodes = [], []
+
+    def weight(name: str, values: np.ndarray) -> str:
+        initializers.append(onnx.numpy_helper.from_array(values.astype(np.float32), name))
+        return name
+
+    current, channels = "INPUT0", 3
+    for index, (out, stride) in enumerate(CONVNET_BLOCKS):
+        w = weight(f"w{index}", rng.standard_normal((out, channels, 3, 3)) / np.sqrt(channels * 9))
+        bn = [
+            weight(f"bn{index}_{part}", value)
+            for part, value in (
+                ("scale", np.ones(out)),
+                ("bias", np.zeros(out)),
+                ("mean", np.zeros(out)),
+                ("var", np.ones(out)),
+            )
+        ]
+        nodes += [
+            helper.make_node(
+                "Conv", [current, w], [f"c{index}"], pads=[1, 1, 1, 1], strides=[stride, stride]
+            ),
+            helper.make_node("BatchNormalization", [f"c{index}", *bn], [f"n{index}"]),
+            helper.make_node("Relu", [f"n{index}"], [f"r{index}"]),
+        ]
+        current, channels = f"r{index}", out
+    fc = weight("fc_w", rng.standard_normal((channels, classes)) / np.sqrt(channels))
+    nodes += [
+        helper.make_node("GlobalAveragePool", [current], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"], axis=1),
+        helper.make_node("MatMul", ["f", fc], ["OUTPUT0"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "convnet",
+        [helper.make_tensor_value_info("INPUT0", onnx.TensorProto.FLOAT, ["batch", 3, 160, 160])],
+        [helper.make_tensor_value_info("OUTPUT0", onnx.TensorProto.FLOAT, ["batch", classes])],
+        initializers,
+    )
+    return _save(path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
 def save_torchscript_cnn(
     path: Path,
     image_shape: Sequence[int] = (3, 64, 64),

@@ -121,6 +121,25 @@ def test_build_metrics_settings_and_without_metrics(example_repository, tmp_path
     assert "unknown --metrics-config setting 'cache_latencies'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        (["--address", "127.0.0.1:6379"], "a joined cluster's HAProxy is not rayton's (--address)"),
+        (
+            ["--grpc-host", "127.0.0.2"],
+            "Serve's HAProxy binds gRPC on the HTTP host (--grpc-host differs)",
+        ),
+        (["--grpc-port", "0"], "the gRPC endpoint is off (--grpc-port 0)"),
+    ],
+)
+def test_serve_refuses_grpc_through_haproxy_where_it_cannot_be(tmp_path, capsys, options, reason):
+    """``--grpc-ingress haproxy`` is refused, saying why, before any Ray process starts;
+    ``auto`` falls back to the frontend there instead."""
+    command = ["serve", "--model-repository", str(tmp_path), "--grpc-ingress", "haproxy"]
+    assert main([*command, *options]) == 2
+    assert capsys.readouterr().err == f"error: --grpc-ingress haproxy: {reason}\n"
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM])
 def test_serve_prints_endpoints_and_stops_without_orphans(
