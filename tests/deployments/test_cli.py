@@ -310,9 +310,6 @@ def crash_answer(request: urllib.request.Request) -> tuple[int, str]:
 
 # Serve's HAProxy stats page and Prometheus exporter (Ray's defaults; rayton moves their binds)
 HAPROXY_PORTS = (8404, 9101)
-# Serve's gRPC servers with its gRPC ingress on: the replicas' (HAProxy's backends) and the
-# fallback proxy's; Ray binds them on every interface, rayton on the serving host.
-SERVE_GRPC_PORTS = (*range(40000, 41001), 9500)
 
 
 def check_model_infer_skipped_the_frontend(lines: list[str]) -> None:
@@ -330,6 +327,27 @@ def check_model_infer_skipped_the_frontend(lines: list[str]) -> None:
     assert counted and counted[0] >= 1, counted
 
 
+def serve_grpc_ports(pids: list[int]) -> set[int]:
+    """The ports of Serve's gRPC servers HAProxy sends calls to (the replicas' direct ingress
+    and the fallback proxy), read from the config of the session's HAProxy. Ray binds them on
+    every interface; rayton on the serving host."""
+    ports: set[int] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode().split("\0")
+        except OSError:
+            continue
+        if not argv[0].endswith("haproxy") or "-f" not in argv:
+            continue
+        with open(argv[argv.index("-f") + 1]) as config:
+            for line in config:
+                words = line.split()
+                if words[:1] == ["server"] and "h2" in words and ":" in words[2]:
+                    ports.add(int(words[2].rsplit(":", 1)[1]))
+    return ports
+
+
 def check_listeners_are_loopback(server, lines: list[str], ports: tuple[int, ...]) -> None:
     """Every listener rayton controls (HTTP, gRPC, metrics, dashboard, HAProxy's stats and
     exporter, Serve's gRPC servers) is on 127.0.0.1; Ray's own (GCS, raylet, workers), which
@@ -337,8 +355,11 @@ def check_listeners_are_loopback(server, lines: list[str], ports: tuple[int, ...
     command = server.args
     dashboard = int(command[command.index("--dashboard-port") + 1])
     metrics = int(command[command.index("--metrics-port") + 1])
-    controlled = {*ports, dashboard, metrics, *HAPROXY_PORTS, *SERVE_GRPC_PORTS}
-    listeners = listening_sockets(session_pids(server.pid))
+    pids = session_pids(server.pid)
+    grpc_backends = serve_grpc_ports(pids)
+    assert grpc_backends, "Serve's gRPC ingress is on: HAProxy has gRPC backends"
+    controlled = {*ports, dashboard, metrics, *HAPROXY_PORTS, *grpc_backends}
+    listeners = listening_sockets(pids)
     exposed = [s.describe() for s in listeners if s.port in controlled and not s.loopback]
     assert not exposed, "rayton's listeners off loopback:\n" + "\n".join(exposed)
     on_loopback = {s.port for s in listeners if s.loopback}
