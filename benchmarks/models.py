@@ -110,53 +110,46 @@ def preprocess(images):
     return (small.transpose(0, 3, 1, 2) - _MEAN) / _STD
 """
 
-PREPROCESS_MODEL_PY = (
-    '''"""Image pre-processing in Triton's python backend (benchmark model)."""
 
-import numpy as np
-import triton_python_backend_utils as pb_utils
-'''
-    + _PREPROCESS
-    + """
+def _python_model(docstring: str, handle_request: str) -> str:
+    """A benchmark ``model.py``: ``handle_request`` turns ``images`` into ``response``."""
+    body = "".join(f"            {line}\n" for line in handle_request.strip().splitlines())
+    return (
+        f'"""{docstring}"""\n\nimport numpy as np\nimport triton_python_backend_utils as pb_utils\n'
+        + _PREPROCESS
+        + "\n\nclass TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        responses = []\n"
+        "        for request in requests:\n"
+        '            images = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()\n'
+        + body
+        + "            responses.append(response)\n"
+        "        return responses\n"
+    )
 
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            images = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            tensor = pb_utils.Tensor("OUTPUT0", preprocess(images))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
-        return responses
-"""
+
+PREPROCESS_MODEL_PY = _python_model(
+    "Image pre-processing in Triton's python backend (benchmark model).",
+    """
+tensor = pb_utils.Tensor("OUTPUT0", preprocess(images))
+response = pb_utils.InferenceResponse(output_tensors=[tensor])
+""",
 )
-
-PIPELINE_MODEL_PY = (
-    '''"""A BLS pipeline in Triton's python backend (benchmark model): pre-process the image,
-then classify it with the ONNX model `cnn` through a BLS call."""
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-'''
-    + _PREPROCESS
-    + """
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            images = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            call = pb_utils.InferenceRequest(
-                model_name="cnn",
-                requested_output_names=["OUTPUT0"],
-                inputs=[pb_utils.Tensor("INPUT0", preprocess(images))],
-            )
-            result = call.exec()
-            if result.has_error():
-                raise pb_utils.TritonModelException(result.error().message())
-            scores = pb_utils.get_output_tensor_by_name(result, "OUTPUT0")
-            responses.append(pb_utils.InferenceResponse(output_tensors=[scores]))
-        return responses
-"""
+PIPELINE_MODEL_PY = _python_model(
+    "A BLS pipeline in Triton's python backend (benchmark model): pre-process the image,\n"
+    "then classify it with the ONNX model `cnn` through a BLS call.",
+    """
+call = pb_utils.InferenceRequest(
+    model_name="cnn",
+    requested_output_names=["OUTPUT0"],
+    inputs=[pb_utils.Tensor("INPUT0", preprocess(images))],
+)
+result = call.exec()
+if result.has_error():
+    raise pb_utils.TritonModelException(result.error().message())
+scores = pb_utils.get_output_tensor_by_name(result, "OUTPUT0")
+response = pb_utils.InferenceResponse(output_tensors=[scores])
+""",
 )
 _PYTHON_MODELS = {"preprocess": PREPROCESS_MODEL_PY, "pipeline": PIPELINE_MODEL_PY}
 

@@ -57,13 +57,14 @@ def apply_serving_environment(
             os.environ.setdefault(SERVE_GRPC_HOST_ENV, host)
             # Serve's fallback proxy (HAProxy's backup server) takes a fixed gRPC port, 9500,
             # by default: a second server on this machine, or anything else there, would clash.
-            os.environ.setdefault("RAY_SERVE_FALLBACK_PROXY_GRPC_PORT", str(_free_port(host)))
+            os.environ.setdefault("RAY_SERVE_FALLBACK_PROXY_GRPC_PORT", str(free_port(host)))
         wrapper = haproxy_wrapper(host, grpc_routing)
         if wrapper:
             os.environ.setdefault("RAY_SERVE_HAPROXY_BINARY_PATH", wrapper)
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str) -> int:
+    """A port free on ``host`` now (the OS picks it)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]

@@ -173,9 +173,9 @@ def _choose_grpc_ingress(args: argparse.Namespace) -> str:
     if args.grpc_ingress == GRPC_HAPROXY and problem:
         return f"--grpc-ingress haproxy: {problem}"
     if args.grpc_routed:
-        with socket.socket(socket.AF_INET6 if ":" in args.http_host else socket.AF_INET) as probe:
-            probe.bind((args.http_host, 0))
-            args.grpc_frontend_port = probe.getsockname()[1]
+        from cluster.local import free_port
+
+        args.grpc_frontend_port = free_port(args.http_host)
     return ""
 
 
