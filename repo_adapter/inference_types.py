@@ -64,6 +64,10 @@ class InferRequest:
     # key of the traced request it was made for (an ensemble step, a BLS call): traced too.
     trace: RequestTrace | None = None
     parent_trace: str = ""
+    # Run this request's batch off the event loop even when it is short: set by a transport
+    # whose server admits one call per loop turn (grpc.aio) when other calls were in flight,
+    # which an execution inline on the loop would keep from being admitted.
+    offload_execution: bool = False
 
     def input(self, name: str) -> InferTensor | None:
         for tensor in self.inputs:

@@ -61,11 +61,14 @@ async def infer_message(
     request_message: pb.ModelInferRequest,
     stream: bool = False,
     read_start_ns: int | None = None,
+    offload_execution: bool = False,
 ) -> bytes:
     """:func:`infer_serialized` for a request parsed already (Serve's gRPC ingress parses it);
-    ``read_start_ns``: when reading it began (None: now)."""
+    ``read_start_ns``: when reading it began (None: now); ``offload_execution``: see
+    :attr:`InferRequest.offload_execution`."""
     read_start_ns = read_start_ns or time.monotonic_ns()
     request, empty_final = codec.decode_infer_request(request_message)
+    request.offload_execution = offload_execution
     trace = request.trace = TRACER.start(request.model_name, request.id)
     if trace is not None:
         trace.stamp("GRPC_WAITREAD_START", read_start_ns)
@@ -100,12 +103,28 @@ class SerializedMessage:
         return self.data
 
 
+class _CallsInFlight:
+    """``ModelInfer`` calls this process's gRPC ingress is answering (its event loop's)."""
+
+    count = 0
+
+
 async def infer_routed(infer: InferFn, request: pb.ModelInferRequest) -> bytes:
     """A ``ModelInfer`` that HAProxy routed to this model's replica by the model it names
-    (:mod:`cluster.grpc_routing`), parsed by Serve's gRPC ingress."""
+    (:mod:`cluster.grpc_routing`), parsed by Serve's gRPC ingress.
+
+    A call that arrives while others are in flight has its batch run off the event loop
+    (:attr:`InferRequest.offload_execution`); a lone call keeps the inline path's latency.
+    Measured on ``mlp`` (1 row, 3 ms batches, rayton perf): c=32 811, 832 -> 1026, 918 infer/s
+    (c=16 769, 775 -> 828, 773; c=1 unchanged).
+    """
     # Triton's order, as in the frontend: the version string first, then the contents.
     codec.parse_model_version(request.model_version)
-    return await infer_message(infer, request)
+    _CallsInFlight.count += 1
+    try:
+        return await infer_message(infer, request, offload_execution=_CallsInFlight.count > 1)
+    finally:
+        _CallsInFlight.count -= 1
 
 
 async def answer_grpc(call: Awaitable[bytes], context: Any) -> SerializedMessage:

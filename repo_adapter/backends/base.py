@@ -125,6 +125,12 @@ class TensorBackend(Backend):
     batch to a thread costs a GIL round trip per execution, which measured ~15% of
     throughput and ~1 ms of latency for models that run in a few milliseconds, while a long
     execution inline would stall the replica's HTTP handling for its whole duration.
+
+    A batch that is not full with a request marked ``offload_execution`` runs on the thread
+    however short: gRPC's server admits one call per loop turn, so an inline batch stops
+    admission while it runs and the next batch forms from the few calls admitted after it
+    (uvicorn reads every request that arrived meanwhile in one turn). A full batch was not
+    limited by admission and stays inline.
     """
 
     # Executions averaging under this run inline (seconds).
@@ -147,7 +153,8 @@ class TensorBackend(Backend):
         requests = list(requests)
         start = time.perf_counter()
         mean = self._mean_execution_s
-        if mean is not None and mean < self.INLINE_MAX_EXECUTION_S:
+        inline = mean is not None and mean < self.INLINE_MAX_EXECUTION_S
+        if inline and not self._offloaded(requests):
             results = self._execute_sync(requests)
         else:
             loop = asyncio.get_running_loop()
@@ -155,6 +162,15 @@ class TensorBackend(Backend):
         elapsed = time.perf_counter() - start
         self._mean_execution_s = elapsed if mean is None else 0.8 * mean + 0.2 * elapsed
         return results
+
+    def _offloaded(self, requests: list[InferRequest]) -> bool:
+        """Whether a short batch runs off the loop all the same: a request asks for it
+        (:attr:`InferRequest.offload_execution`) and the batch is not full, i.e. admission,
+        not the model, is what limits it."""
+        if not any(request.offload_execution for request in requests):
+            return False
+        limit = self.config.max_batch_size
+        return limit <= 0 or sum(_request_rows(request) for request in requests) < limit
 
     def unload(self) -> None:
         self._executor.shutdown(wait=False)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from deployments.grpc import codec
-from deployments.grpc.model_infer import infer_serialized, parse_infer_request
+from deployments.grpc.model_infer import infer_routed, infer_serialized, parse_infer_request
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from tests.deployments.grpc.test_grpc_codec import client_request, infer_input
@@ -66,3 +68,26 @@ def test_bytes_that_are_not_a_request_are_invalid_argument():
         parse_infer_request(b"\xff\xff\xff")
     assert info.value.code is StatusCode.INVALID_ARG
     assert "ModelInferRequest" in info.value.message
+
+
+async def test_a_routed_call_arriving_while_others_are_in_flight_is_offloaded():
+    seen: dict[str, bool] = {}
+    release = asyncio.Event()
+
+    async def holding(request: InferRequest) -> InferResponse:
+        seen[request.id] = request.offload_execution
+        if request.id == "first":
+            await release.wait()
+        return await doubling_model(request)
+
+    def routed(request_id: str):
+        return infer_routed(holding, parse_infer_request(request_bytes(request_id=request_id)))
+
+    await routed("alone")
+    first = asyncio.create_task(routed("first"))
+    await asyncio.sleep(0)
+    await routed("second")  # "first" is still in flight
+    release.set()
+    await first
+    await routed("after")
+    assert seen == {"alone": False, "first": False, "second": True, "after": False}

@@ -1,0 +1,64 @@
+"""TensorBackend's choice of where an execution runs: inline on the loop or on its thread."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from repo_adapter.backends.onnxruntime import OnnxRuntimeBackend
+from tests.repo_adapter.backends.test_onnxruntime import loaded, make_model, mlp, request
+
+
+class ThreadRecordingBackend(OnnxRuntimeBackend):
+    """ONNX Runtime, noting the thread each forward pass ran on."""
+
+    def run(self, inputs):
+        self.threads.append(threading.current_thread())
+        return super().run(inputs)
+
+
+def recording(tmp_path) -> ThreadRecordingBackend:
+    backend = loaded(make_model(tmp_path, "mlp", mlp))
+    backend.__class__ = ThreadRecordingBackend
+    backend.threads = []
+    return backend
+
+
+def one_row(offload: bool = False):
+    item = request(INPUT0=("FP32", np.ones((1, 8), np.float32)))
+    item.offload_execution = offload
+    return item
+
+
+async def test_short_executions_run_inline_once_their_duration_is_known(tmp_path):
+    backend = recording(tmp_path)
+    loop_thread = threading.current_thread()
+    await backend.execute([one_row()])  # duration unknown: the instance's thread
+    await backend.execute([one_row()])
+    assert backend.threads[0] is not loop_thread
+    assert backend.threads[1] is loop_thread
+
+
+async def test_a_request_marked_for_offloading_moves_its_whole_batch_off_the_loop(tmp_path):
+    backend = recording(tmp_path)
+    loop_thread = threading.current_thread()
+    await backend.execute([one_row()])
+    await backend.execute([one_row(), one_row(offload=True)])
+    await backend.execute([one_row()])
+    first, offloaded, inline = backend.threads
+    assert offloaded is first and offloaded is not loop_thread  # the instance's one thread
+    assert inline is loop_thread
+
+
+async def test_a_full_batch_stays_inline_even_when_marked(tmp_path):
+    backend = recording(tmp_path)
+    loop_thread = threading.current_thread()
+    full = backend.config.max_batch_size
+    assert full > 1
+    await backend.execute([one_row()])
+    await backend.execute([one_row(offload=True) for _ in range(full)])
+    await backend.execute([one_row(offload=True) for _ in range(full - 1)])
+    _, full_batch, short_batch = backend.threads
+    assert full_batch is loop_thread
+    assert short_batch is not loop_thread
