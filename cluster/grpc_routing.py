@@ -8,10 +8,12 @@ This edit of the config Serve writes makes HAProxy read the model name itself:
 first bytes of the body name the model however large the tensors are. HAProxy sets that name
 as the ``application`` header, and Serve's own rules send the call to the model's application
 (named after the model), whose replicas answer it through Serve's direct gRPC ingress
-(``ServedModelDeployment.ModelInfer``). A model of the shared CPU host has no application of
-its own: its calls go to the host's (named so on the way). Every other call (health,
-metadata, repository, statistics, streams, a compressed or malformed request) goes to
-rayton's gRPC frontend, which answers it as before.
+(``ServedModelDeployment.ModelInfer``). A ``ModelStreamInfer`` stream goes where its first
+request's model is, and that replica answers every request of it (one naming another model
+through that model's deployment). A model of the shared CPU host has no application of its
+own: its calls go to the host's (named so on the way), and so do calls whose name cannot be
+read (a compressed or malformed request), which the host answers as the frontend would.
+Every other call (health, metadata, repository, statistics) goes to rayton's gRPC frontend.
 
 Run by the HAProxy wrapper (:mod:`cluster.haproxy_wrapper`) on the file Serve passes with
 ``-f``, before the real binary starts: ``python -m cluster.grpc_routing FRONTEND HOST_APP FILE``.
@@ -24,21 +26,30 @@ import sys
 
 FRONTEND_BACKEND = "rayton_grpc_frontend"
 _INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
+_STREAM_PATH = "/inference.GRPCInferenceService/ModelStreamInfer"
 # Enough of a large body to hold the model name; a small body is read whole.
 _HEAD_BYTES = "4k"
 # A unary call's body follows its headers at once; this only bounds a client that stalls.
 _BODY_WAIT = "30s"
+# A stream's body never ends while it is open, and HAProxy answers 408 when the wait runs out
+# before ``at-least`` bytes came, so a stream waits for its first bytes only (the first
+# request arrives in one HTTP/2 DATA frame, up to 16 KB: the name leads it) and as long as
+# Serve's client timeout lets any idle connection live (1 h by default).
+_STREAM_WAIT = "1d"
 _SECTION = re.compile(r"^(frontend|backend|listen|defaults|global)\b")
 
 
 def _routing_rules() -> list[str]:
     return [
-        "    # rayton: ModelInfer goes to the application of the model it names (field 1 of",
-        "    # ModelInferRequest, after the 5-byte gRPC prefix); see cluster/grpc_routing.py.",
-        f"    acl rayton_model_infer path {_INFER_PATH}",
+        "    # rayton: ModelInfer, and a stream by its first request, go to the application of",
+        "    # the model named (field 1 of ModelInferRequest, after the 5-byte gRPC prefix);",
+        "    # see cluster/grpc_routing.py.",
+        f"    acl rayton_model_infer path {_INFER_PATH} {_STREAM_PATH}",
+        f"    acl rayton_model_stream path {_STREAM_PATH}",
         "    http-request del-header application",
         f"    http-request wait-for-body time {_BODY_WAIT} at-least {_HEAD_BYTES}"
-        " if rayton_model_infer",
+        " if rayton_model_infer !rayton_model_stream",
+        f"    http-request wait-for-body time {_STREAM_WAIT} at-least 1 if rayton_model_stream",
         "    http-request set-header application %[req.body,bytes(5),protobuf(1)]"
         " if rayton_model_infer",
     ]

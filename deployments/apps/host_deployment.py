@@ -15,7 +15,7 @@ hosted model runs its instance group's ``count`` instances in every host replica
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from deployments.grpc.model_infer import (
 )
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
+from deployments.grpc.streams import answer_or_error, stream_replies
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
@@ -177,6 +178,24 @@ class TritonModelHost:
         route = InferRoute(request.model_name, request.model_version, request.id)
         forwarded = self._grpc.forward_infer(route, request.SerializeToString())
         return await answer_grpc(forwarded, grpc_context)
+
+    async def ModelStreamInfer(  # the RPC's name: Serve's gRPC ingress calls it
+        self, request_stream: AsyncIterator[pb.ModelInferRequest], grpc_context: Any = None
+    ) -> AsyncIterator[SerializedMessage]:
+        """Triton's ``ModelStreamInfer`` from Serve's gRPC ingress: HAProxy sends here a
+        stream whose first request names a model without an application of its own. Each
+        request is answered by the model it names: here, or where that model is deployed."""
+        async for reply in stream_replies(request_stream, self._stream_request):
+            yield SerializedMessage(reply)
+
+    async def _stream_request(self, request: pb.ModelInferRequest) -> bytes:
+        slot = self.host.slots.get(request.model_name)
+        if slot is not None:
+            reply = infer_routed(slot.infer, request, stream=True)
+        else:
+            route = InferRoute(request.model_name, request.model_version, request.id)
+            reply = self._grpc.forward_infer(route, request.SerializeToString(), stream=True)
+        return await answer_or_error(reply, request.id)
 
     # ------------------------------------------------------------------ handle methods
 

@@ -2,7 +2,8 @@
 
 Thin on purpose: a replica builds a :class:`SingleModel` from the spec Serve hands it as
 ``user_config`` (so a reload is an in-place reconfigure, not a new process) and exposes it
-over HTTP (``__call__``) and to other deployments through handle methods (``infer`` for
+over HTTP (``__call__``), over gRPC from HAProxy through Serve's gRPC ingress (``ModelInfer``,
+``ModelStreamInfer``), and to other deployments through handle methods (``infer`` for
 ensembles and BLS, ``infer_grpc`` for the gRPC frontend; metadata, readiness, state,
 statistics, ``slot_status`` for the repository controller). :class:`ServedModelDeployment` is
 that surface, shared with ensembles.
@@ -15,7 +16,7 @@ import base64
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,15 @@ from tritonclient.grpc import service_pb2 as pb
 
 from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
+from deployments.apps.handles import ModelHandles
 from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
 from deployments.apps.replica_info import replica_info
+from deployments.apps.repository_access import ControllerRepository
 from deployments.apps.trace_control import adopt_trace_settings, controller_trace_setting
 from deployments.apps.trace_control import apply_in_this_replica as apply_trace_table
 from deployments.core.model_slot import ModelSlot
 from deployments.core.served_model import ServedModel, VersionState
+from deployments.core.server_core import ServerCore
 from deployments.core.single_model import SingleModel
 from deployments.core.statistics import merge_entries
 from deployments.core.tracing import TRACER
@@ -43,6 +47,9 @@ from deployments.grpc.model_infer import (
     infer_routed,
     infer_serialized,
 )
+from deployments.grpc.routing import InferRoute
+from deployments.grpc.servicer import TritonGrpcServicer
+from deployments.grpc.streams import answer_or_error, stream_replies
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from repo_adapter.backends import InstanceSpec
@@ -74,6 +81,7 @@ class ServedModelDeployment:
             self.slot, self.statistics, controller_trace_setting, max_input_size
         )
         self._log_settings_adopted = False
+        self._forwarder: TritonGrpcServicer | None = None
 
     def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
         """The generation ``user_config`` describes and how to build its model."""
@@ -106,6 +114,32 @@ class ServedModelDeployment:
         """Triton's ``ModelInfer`` straight from Serve's gRPC ingress (HAProxy routed it here
         by its model name: see cluster/grpc_routing.py)."""
         return await answer_grpc(infer_routed(self.slot.infer, request), grpc_context)
+
+    async def ModelStreamInfer(  # the RPC's name: Serve's gRPC ingress calls it
+        self, request_stream: AsyncIterator[pb.ModelInferRequest], grpc_context: Any = None
+    ) -> AsyncIterator[SerializedMessage]:
+        """Triton's ``ModelStreamInfer`` straight from Serve's gRPC ingress (HAProxy routed
+        the stream here by the model its first request names). A later request naming
+        another model is answered by that model, through its deployment."""
+        async for reply in stream_replies(request_stream, self._stream_request):
+            yield SerializedMessage(reply)
+
+    async def _stream_request(self, request: pb.ModelInferRequest) -> bytes:
+        if request.model_name == self.slot.name:
+            reply = infer_routed(self.slot.infer, request, stream=True)
+        else:
+            route = InferRoute(request.model_name, request.model_version, request.id)
+            reply = self._other_models().forward_infer(
+                route, request.SerializeToString(), stream=True
+            )
+        return await answer_or_error(reply, request.id)
+
+    def _other_models(self) -> TritonGrpcServicer:
+        """How this replica reaches the other models, as the gRPC frontend does (made on
+        first use: most streams name one model)."""
+        if self._forwarder is None:
+            self._forwarder = TritonGrpcServicer(ServerCore(ModelHandles(), ControllerRepository()))
+        return self._forwarder
 
     def metadata(self, version: str = "") -> dict[str, Any]:
         return self.slot.metadata(version)

@@ -12,7 +12,9 @@ reply (the frontend's receive and send are not in the trace).
 
 Where HAProxy routes ``ModelInfer`` by model name (:mod:`cluster.grpc_routing`), the call
 reaches the model's replica through Serve's own gRPC ingress, parsed already, with no
-frontend on the way: :func:`infer_routed` answered by :func:`answer_grpc`.
+frontend on the way: :func:`infer_routed` answered by :func:`answer_grpc`. A
+``ModelStreamInfer`` stream is routed by its first request; the replica answers each of its
+requests with :func:`infer_routed` (:mod:`deployments.grpc.streams`).
 """
 
 from __future__ import annotations
@@ -104,14 +106,18 @@ class SerializedMessage:
 
 
 class _CallsInFlight:
-    """``ModelInfer`` calls this process's gRPC ingress is answering (its event loop's)."""
+    """``ModelInfer`` calls (and stream requests) this process's gRPC ingress is answering."""
 
     count = 0
 
 
-async def infer_routed(infer: InferFn, request: pb.ModelInferRequest) -> bytes:
+async def infer_routed(
+    infer: InferFn, request: pb.ModelInferRequest, stream: bool = False
+) -> bytes:
     """A ``ModelInfer`` that HAProxy routed to this model's replica by the model it names
-    (:mod:`cluster.grpc_routing`), parsed by Serve's gRPC ingress.
+    (:mod:`cluster.grpc_routing`), parsed by Serve's gRPC ingress; with ``stream``, a request
+    of a ``ModelStreamInfer`` stream HAProxy routed by its first request (the reply is then a
+    ``ModelStreamInferResponse``).
 
     A call that arrives while others are in flight has its batch run off the event loop
     (:attr:`InferRequest.offload_execution`); a lone call keeps the inline path's latency.
@@ -122,7 +128,9 @@ async def infer_routed(infer: InferFn, request: pb.ModelInferRequest) -> bytes:
     codec.parse_model_version(request.model_version)
     _CallsInFlight.count += 1
     try:
-        return await infer_message(infer, request, offload_execution=_CallsInFlight.count > 1)
+        return await infer_message(
+            infer, request, stream, offload_execution=_CallsInFlight.count > 1
+        )
     finally:
         _CallsInFlight.count -= 1
 

@@ -13,7 +13,6 @@ system / CUDA shared memory (UNIMPLEMENTED).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,12 +25,10 @@ from tritonclient.grpc import service_pb2_grpc
 from deployments.core.server_core import ServerCore
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute, read_infer_route
+from deployments.grpc.streams import answer_or_error, error_reply, stream_replies
 from repo_adapter.errors import InferenceServerError, StatusCode
 
 logger = logging.getLogger(__name__)
-
-# Requests of one ModelStreamInfer stream that may be in flight before reading pauses.
-STREAM_WINDOW = 256
 
 _SYSTEM_SHM = (
     "system shared memory is not supported by this server (rayton): send tensor data in the "
@@ -156,42 +153,17 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[bytes], context
     ) -> AsyncIterator[bytes]:
-        """One response message per request, in request order; errors don't end the stream.
-
-        Requests of a stream run concurrently (up to :data:`STREAM_WINDOW` in flight), so a
-        stream feeds the models' dynamic batchers like concurrent unary calls do.
-        """
-        pending: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(STREAM_WINDOW)
-
-        async def read() -> None:
-            try:
-                async for message in request_iterator:
-                    await pending.put(asyncio.ensure_future(self._stream_one(message)))
-            finally:
-                await pending.put(None)
-
-        reader = asyncio.ensure_future(read())
-        try:
-            while (task := await pending.get()) is not None:
-                yield await task
-            await reader  # re-raises a failed read (the client went away)
-        finally:
-            reader.cancel()
-            while not pending.empty():
-                task = pending.get_nowait()
-                if task is not None:
-                    task.cancel()
+        """One response message per request, in request order; errors don't end the stream
+        (:mod:`deployments.grpc.streams`)."""
+        async for reply in stream_replies(request_iterator, self._stream_one):
+            yield reply
 
     async def _stream_one(self, message: bytes) -> bytes:
-        request_id = ""
         try:
             route = read_infer_route(message)
-            request_id = route.id
-            return await self.forward_infer(route, message, stream=True)
         except Exception as err:
-            if not isinstance(err, InferenceServerError):
-                logger.exception("gRPC ModelStreamInfer request failed")
-            return codec.stream_response(error=err, request_id=request_id).SerializeToString()
+            return error_reply(err, "")
+        return await answer_or_error(self.forward_infer(route, message, stream=True), route.id)
 
     # ------------------------------------------------------------------ model repository
 

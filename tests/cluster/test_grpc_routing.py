@@ -5,6 +5,7 @@ must reach the backend the model names (a small gRPC server per backend records 
 from __future__ import annotations
 
 import asyncio
+import queue
 import socket
 import subprocess
 import threading
@@ -84,6 +85,8 @@ def test_the_edit_routes_model_infer_and_sends_the_rest_to_the_frontend():
     assert frontend.index("http-request del-header application") < frontend.index(
         "http-request set-header application %[req.body,bytes(5),protobuf(1)] if rayton_model_infer"
     )
+    # a stream waits for its first bytes only: its body does not end while it is open
+    assert "http-request wait-for-body time 1d at-least 1 if rayton_model_stream" in frontend
     assert frontend[-2:] == [
         f"use_backend grpc-{HOST_APP} if rayton_model_infer",
         f"default_backend {FRONTEND_BACKEND}",
@@ -114,8 +117,9 @@ def test_serve_grpc_binds_move_to_the_serving_host():
 
 
 class RecordingServer:
-    """A gRPC server in a thread that answers every call with an empty reply and records
-    ``(method, application header, model name of a ModelInfer)``."""
+    """A gRPC server in a thread that answers every call with an empty reply (a stream's
+    requests with a response naming their model) and records ``(method, application header,
+    model name of a ModelInfer or of each request of a stream)``."""
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -148,6 +152,17 @@ class RecordingServer:
                     calls.append((method, application, model))
                     return b""
 
+                async def answer_stream(requests, context):
+                    async for request in requests:
+                        model = pb.ModelInferRequest.FromString(request).model_name
+                        calls.append((method, application, model))
+                        response = pb.ModelInferResponse(model_name=model)
+                        yield pb.ModelStreamInferResponse(
+                            infer_response=response
+                        ).SerializeToString()
+
+                if method == "ModelStreamInfer":
+                    return grpc.stream_stream_rpc_method_handler(answer_stream)
                 return grpc.unary_unary_rpc_method_handler(answer)
 
         self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1)])
@@ -190,9 +205,9 @@ def routed(tmp_path):
             server.stop()
 
 
-def infer_input(rows: int) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput("INPUT0", [rows, 512], "FP32")
-    tensor.set_data_from_numpy(np.zeros((rows, 512), np.float32))
+def infer_input(rows: int, width: int = 512) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("INPUT0", [rows, width], "FP32")
+    tensor.set_data_from_numpy(np.zeros((rows, width), np.float32))
     return tensor
 
 
@@ -211,3 +226,38 @@ def test_calls_reach_the_backend_their_model_names(routed):
         ("ModelInfer", HOST_APP, "other"),
     ]
     assert servers["frontend"].calls == [("ServerLive", "", "")]
+
+
+def stream_models(client, requests: list[tuple], pause_s: float = 0.0) -> list[str]:
+    """Send ``(model, rows[, width])`` requests on one stream, each after the previous one's
+    response (as a client waiting for its answer does); the models the responses name."""
+    responses: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        time.sleep(pause_s)  # a stream opened before its first request
+        named = []
+        for model, *shape in requests:
+            client.async_stream_infer(model, [infer_input(*shape)])
+            result, error = responses.get(timeout=10)
+            assert error is None, error
+            named.append(result.get_response().model_name)
+        return named
+    finally:
+        client.stop_stream()
+
+
+def test_a_stream_goes_where_its_first_request_names_even_a_small_one(routed):
+    client, servers = routed
+    # a ~40-byte request, answered at once (not held until a wait for more bytes ran out)
+    assert stream_models(client, [("mlp", 1, 1)]) == ["mlp"]
+    # every request of a stream goes where its first one went; the replica answers them all
+    assert stream_models(client, [("mlp", 1), ("hosted_model", 1)], pause_s=0.5) == [
+        "mlp",
+        "hosted_model",
+    ]
+    assert stream_models(client, [("hosted_model", 4096)]) == ["hosted_model"]
+    assert servers["mlp"].calls == [("ModelStreamInfer", "mlp", "mlp")] * 2 + [
+        ("ModelStreamInfer", "mlp", "hosted_model")
+    ]
+    assert servers[HOST_APP].calls == [("ModelStreamInfer", HOST_APP, "hosted_model")]
+    assert servers["frontend"].calls == []

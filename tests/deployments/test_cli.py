@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -211,6 +212,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             inputs = [grpcclient.InferInput("IN", [1, 1], "BYTES")]
             inputs[0].set_data_from_numpy(big)
             assert client.infer("bytes_identity", inputs).as_numpy("OUT")[0, 0] == big[0, 0]
+            check_a_stream_through_haproxy(client)
         check_model_infer_skipped_the_frontend(lines)
         check_listeners_are_loopback(server, lines, (port, grpc_port))
         # Last: the crash takes the shared host down. HAProxy's answer is Triton's JSON too.
@@ -312,9 +314,27 @@ def crash_answer(request: urllib.request.Request) -> tuple[int, str]:
 HAPROXY_PORTS = (8404, 9101)
 
 
+def check_a_stream_through_haproxy(client: grpcclient.InferenceServerClient) -> None:
+    """A stream HAProxy routed by its first request: the host's replica answers each request
+    in order, one naming an unknown model with Triton's error, without ending the stream."""
+    responses: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    inputs = [grpcclient.InferInput("IN", [1, 1], "BYTES")]
+    inputs[0].set_data_from_numpy(np.array([[b"hello"]], dtype=np.object_))
+    try:
+        for model in ("bytes_identity", "no_such_model", "bytes_identity"):
+            client.async_stream_infer(model, inputs)
+        (first, no_error), (none, unknown), (last, _) = [responses.get(timeout=60) for _ in "123"]
+    finally:
+        client.stop_stream()
+    assert no_error is None and first.as_numpy("OUT")[0, 0] == b"hello"
+    assert none is None and "unknown model: 'no_such_model'" in str(unknown), unknown
+    assert last.as_numpy("OUT")[0, 0] == b"hello"
+
+
 def check_model_infer_skipped_the_frontend(lines: list[str]) -> None:
-    """HAProxy sent the gRPC ModelInfer straight to the shared host's replica (its exporter
-    counts the calls per backend), not through rayton's gRPC frontend."""
+    """HAProxy sent the gRPC ModelInfer and the stream straight to the shared host's replica
+    (its exporter counts the calls per backend), not through rayton's gRPC frontend."""
     (endpoint,) = [line for line in lines if line.strip().startswith("gRPC (Triton)")]
     assert endpoint.endswith("(HAProxy -> model replicas)\n"), endpoint
     with urllib.request.urlopen(f"http://127.0.0.1:{HAPROXY_PORTS[1]}/metrics", timeout=30) as f:
@@ -324,7 +344,7 @@ def check_model_infer_skipped_the_frontend(lines: list[str]) -> None:
         for line in page.splitlines()
         if line.startswith('haproxy_backend_http_requests_total{proxy="grpc-rayton-models"')
     ]
-    assert counted and counted[0] >= 1, counted
+    assert counted and counted[0] >= 2, counted
 
 
 def serve_grpc_ports(pids: list[int]) -> set[int]:
