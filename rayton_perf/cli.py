@@ -123,6 +123,7 @@ def config_from_args(args: argparse.Namespace) -> PerfConfig:
         collect_metrics=args.collect_metrics,
         metrics_url=args.metrics_url,
         metrics_interval_ms=args.metrics_interval or DEFAULT_METRICS_INTERVAL_MS,
+        streaming=args.streaming,
     )
     config.validate()
     return config

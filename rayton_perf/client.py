@@ -3,15 +3,18 @@
 Everything the profiler asks the server goes through :class:`TritonConnection`, which
 returns plain JSON-like dicts for both protocols (gRPC answers are converted from protobuf,
 with int64 strings turned back into ints) so the rest of the package is protocol-blind.
-:class:`ClientPool` holds the clients the load generators send inferences with.
+:class:`ClientPool` holds the clients the load generators send inferences with, and with
+``--streaming`` the gRPC streams (:class:`InferStream`) they send them on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -201,20 +204,96 @@ class TritonConnection:
         await self._control.close()
 
 
+class InferStream:
+    """One gRPC ``ModelStreamInfer`` stream that requests are sent on (``--streaming``).
+
+    Each request gets an id of its own and is answered by the response carrying it (one
+    response per request: decoupled models are refused). tritonclient drops the id of an error
+    response, so an error answers the oldest request still waiting. A stream that ends or
+    breaks fails every request still waiting on it.
+
+    Args:
+        client: a tritonclient aio gRPC client.
+        headers: gRPC metadata sent when the stream opens.
+    """
+
+    def __init__(self, client: Any, headers: dict[str, str] | None = None) -> None:
+        self._outgoing: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self._waiting: dict[str, asyncio.Future] = {}  # in send order
+        self._ids = itertools.count()
+        self._closed: BaseException | None = None
+        responses = client.stream_infer(self._requests(), headers=headers or None)
+        self._reader = asyncio.ensure_future(self._read(responses))
+
+    async def infer(self, model: str, inputs: Any, version: str = "", outputs: Any = None) -> Any:
+        """Send one request on the stream and wait for its response (an ``InferResult``)."""
+        if self._closed is not None:
+            raise self._closed
+        request_id = str(next(self._ids))
+        answered = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = answered
+        request = {"model_name": model, "inputs": inputs, "model_version": version}
+        self._outgoing.put_nowait({**request, "outputs": outputs, "request_id": request_id})
+        try:
+            return await answered
+        finally:
+            self._waiting.pop(request_id, None)
+
+    async def _requests(self) -> AsyncIterator[dict[str, Any]]:
+        while (request := await self._outgoing.get()) is not None:
+            yield request
+
+    async def _read(self, responses: Any) -> None:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            async for result, error in responses:
+                key = (
+                    result.get_response().id
+                    if result is not None
+                    else next(iter(self._waiting), None)
+                )
+                answered = self._waiting.pop(key, None) if key is not None else None
+                if answered is None or answered.done():
+                    continue
+                if error is not None:
+                    answered.set_exception(error)
+                else:
+                    answered.set_result(result)
+            ended: BaseException = InferenceServerException("the server ended the stream")
+        except Exception as err:  # the RPC failed: the server went away or refused the stream
+            ended = err
+        self._closed = ended
+        for answered in self._waiting.values():
+            if not answered.done():
+                answered.set_exception(ended)
+
+    async def close(self) -> None:
+        """End the stream (the server answers what it has) and stop reading."""
+        self._outgoing.put_nowait(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._reader), timeout=5.0)
+        except (asyncio.TimeoutError, Exception):
+            self._reader.cancel()
+
+
 class ClientPool:
     """The clients one load level sends inferences through.
 
     HTTP uses a single aiohttp-backed client whose connection pool is as large as the
     number of requests that may be in flight, so no request ever waits for a connection.
     gRPC opens one channel per ``_GRPC_WORKERS_PER_CHANNEL`` workers (at most
-    ``_MAX_GRPC_CHANNELS``), each on its own TCP connection.
+    ``_MAX_GRPC_CHANNELS``), each on its own TCP connection. With ``streams`` (gRPC's
+    ``--streaming``) requests go on that many ``ModelStreamInfer`` streams instead, opened on
+    first use: one per worker in concurrency mode, as perf_analyzer opens one per context.
 
     Args:
         connection: where to connect.
         max_in_flight: most requests this level can have outstanding at once.
+        streams: how many streams to spread requests over (0: unary calls).
     """
 
-    def __init__(self, connection: TritonConnection, max_in_flight: int):
+    def __init__(self, connection: TritonConnection, max_in_flight: int, streams: int = 0):
         self.protocol = connection.protocol
         if connection.protocol == GRPC:
             wanted = math.ceil(max_in_flight / _GRPC_WORKERS_PER_CHANNEL)
@@ -224,13 +303,26 @@ class ClientPool:
             ]
         else:
             self.clients = [connection.new_client(conn_limit=max(1, max_in_flight))]
+        self._stream_count = streams
+        self._streams: dict[int, InferStream] = {}
+        self._headers = connection.headers
 
     def client_for(self, worker: int) -> Any:
         """The client worker number ``worker`` should use."""
         return self.clients[worker % len(self.clients)]
 
+    def stream_for(self, worker: int) -> InferStream:
+        """The stream worker number ``worker`` sends on (``streams`` > 0 only)."""
+        index = worker % self._stream_count
+        stream = self._streams.get(index)
+        if stream is None:
+            stream = self._streams[index] = InferStream(self.client_for(index), self._headers)
+        return stream
+
     async def close(self) -> None:
-        """Close every client of the pool."""
+        """Close every stream and client of the pool."""
+        for stream in self._streams.values():
+            await stream.close()
         for client in self.clients:
             await client.close()
 

@@ -75,6 +75,8 @@ class PerfConfig:
         collect_metrics: ``--collect-metrics``: scrape the server's GPU metrics.
         metrics_url: ``--metrics-url``; None derives ``host:8002/metrics`` from ``url``.
         metrics_interval_ms: ``--metrics-interval``, time between two scrapes.
+        streaming: ``--streaming`` (gRPC only): send requests on ``ModelStreamInfer`` streams,
+            one per worker in concurrency mode and ``max_threads`` in request-rate mode.
     """
 
     model_name: str
@@ -111,6 +113,7 @@ class PerfConfig:
     collect_metrics: bool = False
     metrics_url: str | None = None
     metrics_interval_ms: int = 1000
+    streaming: bool = False
 
     @property
     def resolved_url(self) -> str:
@@ -185,6 +188,8 @@ class PerfConfig:
             raise PerfError("-H needs a header name: 'Header:Value'")
         if self.metrics_interval_ms <= 0:
             raise PerfError("--metrics-interval must be > 0 msec")
+        if self.streaming and self.protocol != GRPC:
+            raise PerfError("streaming is only allowed with gRPC protocol (-i grpc)")
 
     def _validate_schedule(self) -> None:
         """Warm-up, sweep limits and custom intervals (perf_analyzer's rules)."""

@@ -41,10 +41,6 @@ _NO_SEQUENCES = "sequence models are not supported by rayton perf"
 _NOT_IMPLEMENTED = "not implemented in rayton perf"
 # perf_analyzer options rayton perf refuses, with the reason the usage error gives.
 REFUSED_OPTIONS: dict[str, tuple[int, str]] = {
-    "--streaming": (
-        0,
-        "gRPC streaming is not implemented in rayton perf (decoupled models are refused too)",
-    ),
     "--output-shared-memory-size": (
         1,
         "output shared memory needs --shared-memory system|cuda, and the rayton server has no "
@@ -87,9 +83,12 @@ REFUSED_OPTIONS: dict[str, tuple[int, str]] = {
     "--enable-mpi": (0, "multi-model MPI runs are not supported by rayton perf"),
     "--periodic-concurrency-range": (
         1,
-        "needs gRPC streaming, which rayton perf does not implement",
+        "periodic concurrency (for decoupled models) is not implemented in rayton perf",
     ),
-    "--request-period": (1, "needs gRPC streaming, which rayton perf does not implement"),
+    "--request-period": (
+        1,
+        "periodic concurrency (for decoupled models) is not implemented in rayton perf",
+    ),
     "--request-parameter": (1, _NOT_IMPLEMENTED),
     "--endpoint": (1, "only for --service-kind openai, which rayton perf does not support"),
     "--fixed-schedule": (0, _NOT_IMPLEMENTED),
@@ -167,6 +166,12 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     model.add_argument(
         "-i", "--protocol", type=str.lower, choices=[HTTP, GRPC], default=HTTP, help="protocol"
+    )
+    model.add_argument(
+        "--streaming",
+        action="store_true",
+        help="gRPC only: send requests on ModelStreamInfer streams (one per concurrent "
+        "worker; --max-threads of them in request-rate mode) instead of unary calls",
     )
     model.add_argument(
         "-H",

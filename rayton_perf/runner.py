@@ -187,7 +187,10 @@ class Profiler:
         if request_rate is not None and not request_rate > 0:
             raise PerfError("request rate must be > 0")
         max_in_flight = concurrency if concurrency is not None else config.rate_in_flight_limit
-        pool = ClientPool(self.connection, max_in_flight)
+        streams = 0
+        if config.streaming:  # perf_analyzer: a stream per context (worker)
+            streams = concurrency if concurrency is not None else config.max_threads
+        pool = ClientPool(self.connection, max_in_flight, streams)
         load: Load | None = None
         try:
             if config.warmup_request_count:
@@ -246,11 +249,15 @@ class Profiler:
         payloads, outputs = self._payloads, self._outputs
         timeout = self.config.request_timeout_s
         grpc = self.config.protocol == GRPC
+        streaming = self.config.streaming
         headers = self.connection.headers if self.connection is not None else {}
 
         async def send(worker: int, seq: int) -> Any:
-            client = pool.client_for(worker)
             inputs = payloads[seq % len(payloads)]
+            if streaming:
+                sent = pool.stream_for(worker).infer(model, inputs, version, outputs)
+                return await asyncio.wait_for(sent, timeout)
+            client = pool.client_for(worker)
             if grpc:
                 return await client.infer(
                     model,

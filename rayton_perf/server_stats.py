@@ -120,8 +120,8 @@ def model_info_from(
     )
     if info.decoupled:
         raise PerfError(
-            f"model '{info.name}' is decoupled; streaming inference is not supported by "
-            "rayton perf (use perf_analyzer --streaming)"
+            f"model '{info.name}' is decoupled; rayton perf measures models that answer each "
+            "request with one response (use perf_analyzer --streaming)"
         )
     if info.sequence_batching:
         raise PerfError(

@@ -342,3 +342,10 @@ def test_help_lists_refused_options(capsys):
     text = capsys.readouterr().out
     assert "perf_analyzer options rayton perf refuses" in text
     assert all(flag in text for flag in REFUSED_OPTIONS)
+
+
+def test_streaming_is_grpc_only():
+    assert _config("-i", "grpc", "--streaming").streaming
+    assert not _config("-i", "grpc").streaming
+    with pytest.raises(PerfError, match="streaming is only allowed with gRPC"):
+        _config("--streaming")

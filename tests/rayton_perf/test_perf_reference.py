@@ -279,3 +279,24 @@ async def test_run_level_raises_on_failure(triton):
     config = PerfConfig(model_name="broken", url=triton.http_url, warmup_s=0, max_trials=2)
     with pytest.raises(PerfError, match="broken on purpose"):
         await run_level(config, concurrency=1)
+
+
+def test_grpc_streaming(triton, capsys):
+    status, stdout, stderr = _run(
+        capsys,
+        ["-m", "ident", "-i", "grpc", "--streaming", "-u", triton.grpc_url,
+         "--concurrency-range", "2", *FAST],
+    )  # fmt: skip
+    assert status == 0, stderr
+    _check_stdout(stdout, levels=1)
+    # the server answered every request the client counted, all of them on streams
+    requests = re.findall(r"^    Successful request count: (\d+)$", stdout, re.MULTILINE)
+    assert _server_counts(stdout) == [int(n) for n in requests]
+
+
+async def test_streaming_errors_fail_the_run(triton):
+    config = PerfConfig(
+        model_name="broken", url=triton.grpc_url, protocol="grpc", streaming=True, warmup_s=0
+    )
+    with pytest.raises(PerfError, match="broken on purpose"):
+        await run_level(config, concurrency=2)

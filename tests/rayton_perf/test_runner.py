@@ -29,18 +29,35 @@ class FakeClient:
         return "result"
 
 
+class FakeStream:
+    """Records the requests sent on one stream (``--streaming``)."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple] = []
+
+    async def infer(self, model, inputs, version="", outputs=None):
+        self.requests.append((model, inputs, version))
+        await asyncio.sleep(0.001)
+        return "result"
+
+
 class FakePool:
     """Stands in for :class:`rayton_perf.client.ClientPool`; remembers its sizing."""
 
     created: list[FakePool] = []
 
-    def __init__(self, connection, max_in_flight: int):
+    def __init__(self, connection, max_in_flight: int, streams: int = 0):
         self.max_in_flight = max_in_flight
+        self.stream_count = streams
         self.client = FakeClient()
+        self.streams: dict[int, FakeStream] = {}
         FakePool.created.append(self)
 
     def client_for(self, worker: int) -> FakeClient:
         return self.client
+
+    def stream_for(self, worker: int) -> FakeStream:
+        return self.streams.setdefault(worker % self.stream_count, FakeStream())
 
     async def close(self) -> None:
         pass
@@ -96,6 +113,22 @@ async def test_grpc_requests_carry_headers_as_metadata(monkeypatch):
     profiler = _profiler(monkeypatch, protocol="grpc", request_count=1)
     await profiler.run_level(concurrency=1)
     assert _calls()[0]["headers"] is None
+
+
+async def test_streaming_sends_on_a_stream_per_worker_and_no_unary_calls(monkeypatch):
+    profiler = _profiler(monkeypatch, protocol="grpc", streaming=True, request_count=12)
+    await profiler.run_level(concurrency=3)
+    (pool,) = FakePool.created
+    assert pool.stream_count == 3 and sorted(pool.streams) == [0, 1, 2]
+    assert sum(len(stream.requests) for stream in pool.streams.values()) == 12
+    assert pool.client.calls == []
+    # request-rate mode: perf_analyzer's worker threads, each with its stream
+    profiler = _profiler(
+        monkeypatch, protocol="grpc", streaming=True, request_count=4, max_threads=2
+    )
+    await profiler.run_level(request_rate=500)
+    (pool,) = FakePool.created
+    assert pool.stream_count == 2
 
 
 async def test_warmup_request_count_sends_exactly_that_many_first(monkeypatch):
