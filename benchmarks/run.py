@@ -67,6 +67,8 @@ GRPC_LEVELS = frozenset(
         Level("convnet", 1, 8),
     )
 )
+# Levels also measured on gRPC streams (``rayton perf --streaming``: one stream per client)
+STREAM_LEVELS = frozenset((Level("mlp", 1, 16),))
 # Models the hand-written app serves (it runs ONNX files only)
 HANDWRITTEN_MODELS = frozenset(m.name for m in ONNX_MODELS)
 
@@ -146,27 +148,34 @@ def measure_system(
     levels: tuple[Level, ...] = LEVELS,
 ) -> dict[str, dict[Level, LevelResult]]:
     """Every level over HTTP, and the :data:`GRPC_LEVELS` among them over gRPC too where the
-    system answers it, on one start of the system: ``{name: ..., name + "-grpc": ...}``."""
+    system answers it (the :data:`STREAM_LEVELS` on streams as well), on one start of the
+    system: ``{name: ..., name + "-grpc": ..., name + "-stream": ...}``."""
     system = start_system(name, repos, logs)
-    results: dict[str, dict[Level, LevelResult]] = {name: {}, f"{name}-grpc": {}}
+    results: dict[str, dict[Level, LevelResult]] = {
+        name: {},
+        f"{name}-grpc": {},
+        f"{name}-stream": {},
+    }
     runs = [(level, "http") for level in levels]
     if system.grpc_url:
         runs += [(level, "grpc") for level in levels if level in GRPC_LEVELS]
+        runs += [(level, "stream") for level in levels if level in STREAM_LEVELS]
     try:
         for level, protocol in runs:
             if name == "handwritten" and level.model not in HANDWRITTEN_MODELS:
                 continue
             config = PerfConfig(
                 model_name=level.model,
-                url=system.grpc_url if protocol == "grpc" else system.url,
-                protocol=protocol,
+                url=system.url if protocol == "http" else system.grpc_url,
+                protocol="http" if protocol == "http" else "grpc",
                 batch_size=level.batch,
                 measurement_interval_ms=window_ms,
                 max_trials=3,
                 warmup_s=warmup_s,
+                streaming=protocol == "stream",
             )
             result = asyncio.run(run_level(config, concurrency=level.concurrency))
-            label = name if protocol == "http" else f"{name}-grpc"
+            label = name if protocol == "http" else f"{name}-{protocol}"
             results[label][level] = result
             print(
                 f"  {label:12s} {level.label:22s} {result.throughput:8.1f} infer/s  "
@@ -204,6 +213,26 @@ def _ratio(a: float, b: float) -> str:
 
 def _rate(value: float) -> str:
     return f"{value:.0f}" if value == value else "n/a"
+
+
+def _stream_lines(systems: dict[str, SystemResults]) -> list[str]:
+    """The :data:`STREAM_LEVELS` on gRPC streams, next to the same level's unary calls."""
+    lines = []
+    for level in sorted(STREAM_LEVELS, key=lambda lv: lv.label):
+        cells = []
+        for server in ("rayton", "triton"):
+            stream, unary = systems.get(f"{server}-stream"), systems.get(f"{server}-grpc")
+            if stream is None or level not in stream.levels:
+                continue
+            rate = stream.median_throughput(level)
+            unary_rate = unary.median_throughput(level) if unary and level in unary.levels else 0
+            cells.append(f"{server} {rate:.0f} infer/s (unary gRPC {unary_rate:.0f})")
+        if cells:
+            lines.append(
+                f"`{level.label}` on gRPC streams (`rayton perf --streaming`, one stream per "
+                f"client): {', '.join(cells)}."
+            )
+    return lines
 
 
 def render(
@@ -277,6 +306,7 @@ def render(
             if grpc is not None and convnet_c8 in grpc.levels
             else "."
         ),
+        *_stream_lines(systems),
         "",
         "Batch sizes rayton executed (executions per batch size, last run, from the "
         "statistics extension):",
@@ -326,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         names = args.systems.split(",")
         systems = {
-            label: SystemResults(label) for name in names for label in (name, f"{name}-grpc")
+            label: SystemResults(label)
+            for name in names
+            for label in (name, f"{name}-grpc", f"{name}-stream")
         }
         for run in range(args.runs):
             print(f"run {run + 1}/{args.runs}", flush=True)

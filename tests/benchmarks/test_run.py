@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from benchmarks.run import GRPC_LEVELS, HANDWRITTEN_MODELS, LEVELS, SystemResults, render
+from benchmarks.run import (
+    GRPC_LEVELS,
+    HANDWRITTEN_MODELS,
+    LEVELS,
+    STREAM_LEVELS,
+    SystemResults,
+    render,
+)
 
 
 def result(throughput: float) -> SimpleNamespace:
@@ -21,6 +28,8 @@ def test_report_has_every_level_with_ratios_and_gaps():
     systems = {name: SystemResults(name) for name in ("rayton", "triton", "handwritten")}
     systems["rayton-grpc"] = SystemResults("rayton-grpc")
     systems["triton-grpc"] = SystemResults("triton-grpc")
+    systems["rayton-stream"] = SystemResults("rayton-stream")
+    systems["triton-stream"] = SystemResults("triton-stream")
     for level in LEVELS:
         systems["rayton"].levels[level] = [result(100.0)]
         systems["triton"].levels[level] = [result(50.0)]
@@ -29,6 +38,9 @@ def test_report_has_every_level_with_ratios_and_gaps():
         if level in GRPC_LEVELS:
             systems["rayton-grpc"].levels[level] = [result(90.0)]
             systems["triton-grpc"].levels[level] = [result(45.0)]
+        if level in STREAM_LEVELS:
+            systems["rayton-stream"].levels[level] = [result(120.0)]
+            systems["triton-stream"].levels[level] = [result(60.0)]
     raw = {
         "mlp": {1: {"rows_per_s": 400.0, "p50_us": 1.0}},
         "convnet": {8: {"rows_per_s": 200.0, "p50_us": 1.0}},
@@ -58,3 +70,7 @@ def test_report_has_every_level_with_ratios_and_gaps():
     assert pipeline[2] == "n/a" and pipeline[5] == "n/a"  # no gRPC run, no hand-written app
     assert "`convnet c=8` on rayton: HTTP 100 rows/s = 50% of raw ONNX Runtime at batch 8" in report
     assert "of raw ONNX Runtime's best single-thread batch throughput (400 rows/s)" in report
+    assert (
+        "`mlp b=1 c=16` on gRPC streams (`rayton perf --streaming`, one stream per client): "
+        "rayton 120 infer/s (unary gRPC 90), triton 60 infer/s (unary gRPC 45)." in report
+    )
