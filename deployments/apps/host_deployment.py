@@ -50,10 +50,10 @@ from deployments.grpc.model_infer import (
     answer_grpc,
     infer_routed,
     infer_serialized,
+    stream_routed,
 )
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
-from deployments.grpc.streams import answer_or_error, stream_replies
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
@@ -185,17 +185,13 @@ class TritonModelHost:
         """Triton's ``ModelStreamInfer`` from Serve's gRPC ingress: HAProxy sends here a
         stream whose first request names a model without an application of its own. Each
         request is answered by the model it names: here, or where that model is deployed."""
-        async for reply in stream_replies(request_stream, self._stream_request):
-            yield SerializedMessage(reply)
 
-    async def _stream_request(self, request: pb.ModelInferRequest) -> bytes:
-        slot = self.host.slots.get(request.model_name)
-        if slot is not None:
-            reply = infer_routed(slot.infer, request, stream=True)
-        else:
-            route = InferRoute(request.model_name, request.model_version, request.id)
-            reply = self._grpc.forward_infer(route, request.SerializeToString(), stream=True)
-        return await answer_or_error(reply, request.id)
+        def local(model: str):
+            slot = self.host.slots.get(model)
+            return None if slot is None else slot.infer
+
+        async for reply in stream_routed(request_stream, local, lambda: self._grpc.forward_infer):
+            yield reply
 
     # ------------------------------------------------------------------ handle methods
 

@@ -46,10 +46,9 @@ from deployments.grpc.model_infer import (
     answer_grpc,
     infer_routed,
     infer_serialized,
+    stream_routed,
 )
-from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
-from deployments.grpc.streams import answer_or_error, stream_replies
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from repo_adapter.backends import InstanceSpec
@@ -121,18 +120,14 @@ class ServedModelDeployment:
         """Triton's ``ModelStreamInfer`` straight from Serve's gRPC ingress (HAProxy routed
         the stream here by the model its first request names). A later request naming
         another model is answered by that model, through its deployment."""
-        async for reply in stream_replies(request_stream, self._stream_request):
-            yield SerializedMessage(reply)
 
-    async def _stream_request(self, request: pb.ModelInferRequest) -> bytes:
-        if request.model_name == self.slot.name:
-            reply = infer_routed(self.slot.infer, request, stream=True)
-        else:
-            route = InferRoute(request.model_name, request.model_version, request.id)
-            reply = self._other_models().forward_infer(
-                route, request.SerializeToString(), stream=True
-            )
-        return await answer_or_error(reply, request.id)
+        def local(model: str):
+            return self.slot.infer if model == self.slot.name else None
+
+        async for reply in stream_routed(
+            request_stream, local, lambda: self._other_models().forward_infer
+        ):
+            yield reply
 
     def _other_models(self) -> TritonGrpcServicer:
         """How this replica reaches the other models, as the gRPC frontend does (made on

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -29,12 +29,16 @@ from tritonclient.grpc import service_pb2 as pb
 
 from deployments.core.tracing import TRACER
 from deployments.grpc import codec
+from deployments.grpc.routing import InferRoute
+from deployments.grpc.streams import answer_or_error, stream_replies
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 
 logger = logging.getLogger(__name__)
 
 InferFn = Callable[[InferRequest], Awaitable[InferResponse]]
+# (route, serialized request, stream) -> the serialized reply from the model's deployment
+ForwardFn = Callable[[InferRoute, bytes, bool], Awaitable[bytes]]
 
 
 def parse_infer_request(message: bytes) -> pb.ModelInferRequest:
@@ -147,3 +151,25 @@ async def answer_grpc(call: Awaitable[bytes], context: Any) -> SerializedMessage
         context.set_code(code)
         context.set_details(details)
         return SerializedMessage()
+
+
+async def stream_routed(
+    requests: AsyncIterator[pb.ModelInferRequest],
+    local: Callable[[str], InferFn | None],
+    forward: Callable[[], ForwardFn],
+) -> AsyncIterator[SerializedMessage]:
+    """A ``ModelStreamInfer`` stream HAProxy routed to this replica by its first request:
+    each request is answered by ``local(model)`` where this replica serves the model, else
+    through ``forward()`` (the model's deployment, as the gRPC frontend reaches it)."""
+
+    async def answer(request: pb.ModelInferRequest) -> bytes:
+        infer = local(request.model_name)
+        if infer is not None:
+            reply = infer_routed(infer, request, stream=True)
+        else:
+            route = InferRoute(request.model_name, request.model_version, request.id)
+            reply = forward()(route, request.SerializeToString(), True)
+        return await answer_or_error(reply, request.id)
+
+    async for reply in stream_replies(requests, answer):
+        yield SerializedMessage(reply)

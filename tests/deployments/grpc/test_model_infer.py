@@ -9,7 +9,12 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from deployments.grpc import codec
-from deployments.grpc.model_infer import infer_routed, infer_serialized, parse_infer_request
+from deployments.grpc.model_infer import (
+    infer_routed,
+    infer_serialized,
+    parse_infer_request,
+    stream_routed,
+)
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from tests.deployments.grpc.test_grpc_codec import client_request, infer_input
@@ -24,9 +29,9 @@ async def doubling_model(request: InferRequest) -> InferResponse:
     )
 
 
-def request_bytes(empty_final: bool = False, **kwargs) -> bytes:
+def request_bytes(empty_final: bool = False, model: str = "double", **kwargs) -> bytes:
     array = np.arange(6, dtype=np.float32).reshape(2, 3)
-    message = client_request([infer_input("IN", array, "FP32")], model="double", **kwargs)
+    message = client_request([infer_input("IN", array, "FP32")], model=model, **kwargs)
     if empty_final:  # what async_stream_infer(enable_empty_final_response=True) adds
         message.parameters["triton_enable_empty_final_response"].bool_param = True
     return message.SerializeToString()
@@ -91,3 +96,25 @@ async def test_a_routed_call_arriving_while_others_are_in_flight_is_offloaded():
     await first
     await routed("after")
     assert seen == {"alone": False, "first": False, "second": True, "after": False}
+
+
+async def test_a_routed_stream_answers_its_model_here_and_forwards_the_others():
+    forwarded: list[str] = []
+
+    async def forward(route, message: bytes, stream: bool) -> bytes:
+        forwarded.append(route.model_name)
+        assert stream and parse_infer_request(message).model_name == route.model_name
+        raise InferenceServerError(f"unknown model: '{route.model_name}'", StatusCode.NOT_FOUND)
+
+    async def requests():
+        for model in ("double", "other", "double"):
+            yield parse_infer_request(request_bytes(model=model))
+
+    local = {"double": doubling_model}.get
+    replies = [
+        pb.ModelStreamInferResponse.FromString(reply.data)
+        async for reply in stream_routed(requests(), local, lambda: forward)
+    ]
+    assert [r.error_message for r in replies] == ["", "unknown model: 'other'", ""]
+    assert [r.infer_response.model_name for r in replies] == ["double", "", "double"]
+    assert forwarded == ["other"]
