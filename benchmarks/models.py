@@ -46,6 +46,7 @@ MODELS = (
     BenchModel("cnn", (3, 64, 64), (10,)),
     BenchModel("preprocess", IMAGE_SHAPE, (3, 64, 64), 8, "python", "UINT8"),
     BenchModel("pipeline", IMAGE_SHAPE, (10,), 8, "python", "UINT8"),
+    BenchModel("pipeline_async", IMAGE_SHAPE, (10,), 8, "python", "UINT8"),
 )
 ONNX_MODELS = tuple(m for m in MODELS if m.kind == "onnx")
 
@@ -111,6 +112,16 @@ def preprocess(images):
 """
 
 
+def preprocess_function():
+    """The python models' ``preprocess`` as a function, from the very source their
+    ``model.py`` runs (the hand-written baseline app calls it)."""
+    import numpy as np
+
+    namespace = {"np": np}
+    exec(_PREPROCESS, namespace)
+    return namespace["preprocess"]
+
+
 def _python_model(docstring: str, handle_request: str) -> str:
     """A benchmark ``model.py``: ``handle_request`` turns ``images`` into ``response``."""
     body = "".join(f"            {line}\n" for line in handle_request.strip().splitlines())
@@ -151,7 +162,43 @@ scores = pb_utils.get_output_tensor_by_name(result, "OUTPUT0")
 response = pb_utils.InferenceResponse(output_tensors=[scores])
 """,
 )
-_PYTHON_MODELS = {"preprocess": PREPROCESS_MODEL_PY, "pipeline": PIPELINE_MODEL_PY}
+# The same pipeline written as Triton's docs suggest for throughput: ``async def execute``
+# issues every request's BLS call with ``async_exec()`` before awaiting any, so the `cnn`
+# batches an execution's calls together instead of one window per request.
+PIPELINE_ASYNC_MODEL_PY = f'''"""An asynchronous BLS pipeline (benchmark model) in Triton's python
+backend: pre-process each image, then classify them all with the ONNX `cnn` in concurrent
+BLS calls."""
+
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+{_PREPROCESS}
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        calls = []
+        for request in requests:
+            images = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            call = pb_utils.InferenceRequest(
+                model_name="cnn",
+                requested_output_names=["OUTPUT0"],
+                inputs=[pb_utils.Tensor("INPUT0", preprocess(images))],
+            )
+            calls.append(call.async_exec())
+        responses = []
+        for result in await asyncio.gather(*calls):
+            if result.has_error():
+                raise pb_utils.TritonModelException(result.error().message())
+            scores = pb_utils.get_output_tensor_by_name(result, "OUTPUT0")
+            responses.append(pb_utils.InferenceResponse(output_tensors=[scores]))
+        return responses
+'''
+_PYTHON_MODELS = {
+    "preprocess": PREPROCESS_MODEL_PY,
+    "pipeline": PIPELINE_MODEL_PY,
+    "pipeline_async": PIPELINE_ASYNC_MODEL_PY,
+}
 
 
 def write_repositories(root: Path) -> tuple[Path, Path]:

@@ -57,6 +57,8 @@ LEVELS = (
     Level("preprocess", 1, 8),
     Level("pipeline", 1, 8),
 )
+# Opt-in levels (``--levels``), kept out of the default run to keep ``make bench`` short:
+# ``pipeline_async:8``, the pipeline with concurrent BLS calls (benchmarks/notes.md)
 # Levels also measured over gRPC (rayton's and the reference Triton's)
 GRPC_LEVELS = frozenset(
     (
@@ -69,8 +71,8 @@ GRPC_LEVELS = frozenset(
 )
 # Levels also measured on gRPC streams (``rayton perf --streaming``: one stream per client)
 STREAM_LEVELS = frozenset((Level("mlp", 1, 16),))
-# Models the hand-written app serves (it runs ONNX files only)
-HANDWRITTEN_MODELS = frozenset(m.name for m in ONNX_MODELS)
+# Models the hand-written app serves (the python models as a user would hand-write them)
+HANDWRITTEN_MODELS = frozenset(m.name for m in MODELS)
 
 
 @dataclass
@@ -127,7 +129,10 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
             ],
             logs / "handwritten.log",
         )
-        server.wait_http(f"http://127.0.0.1:{port}/v2/models/mlp/config")
+        # every model's application, not the first to answer: the others would still be
+        # starting (and taking CPU) during the first level
+        for model in MODELS:
+            server.wait_http(f"http://127.0.0.1:{port}/v2/models/{model.name}/config")
         return RunningSystem(f"127.0.0.1:{port}", server.stop, server.process.pid)
     if name == "triton":
         from tests.reference_triton import ReferenceTriton
@@ -253,14 +258,18 @@ def render(
         + ". ONNX models run on one ONNX Runtime thread (reference Triton: a python model "
         "running ONNX Runtime, since the bundled server has no ORT backend); `preprocess` "
         "(640x480 UINT8 image -> normalised 3x64x64) and `pipeline` (the same, then a BLS call to "
-        "the ONNX `cnn`) are the same `model.py` on both servers. Load: `rayton perf`'s library "
+        "the ONNX `cnn`) are the same `model.py` on both servers; the hand-written Serve app runs "
+        "the same pre-processing function, and for `pipeline` the `cnn` in its own replica on "
+        "the stacked batch (no BLS); `pipeline_async` (the pipeline with concurrent BLS calls) is "
+        "an opt-in level (`--levels pipeline_async:8`). Load: `rayton perf`'s library "
         "(tritonclient aio, binary tensors), closed loop, on the same machine, one system at a "
         "time; rayton gRPC goes through HAProxy straight to the model's replicas. Rates in "
         "inferences (rows) per second.",
         "",
         "| level | rayton HTTP | rayton gRPC | Triton 2.51 HTTP | Triton 2.51 gRPC "
         "| hand-written Serve | rayton / Triton HTTP | rayton / Triton gRPC "
-        "| rayton / hand-written | rayton gRPC / HTTP | p50 rayton / Triton HTTP (ms) |",
+        "| rayton / hand-written | rayton gRPC / HTTP "
+        "| p50 rayton / Triton / hand-written HTTP (ms) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     triton_grpc = systems.get("triton-grpc")
@@ -270,10 +279,15 @@ def render(
             return float("nan")
         return results.median_throughput(level)
 
+    def p50_ms(results: SystemResults, level: Level) -> str:
+        if level not in results.levels:
+            return "n/a"
+        return f"{results.median_p50_us(level) / 1000:.2f}"
+
     for level in LEVELS:
         r, g, t = rate(rayton, level), rate(grpc, level), rate(triton, level)
         tg, h = rate(triton_grpc, level), rate(hand, level)
-        p50 = f"{rayton.median_p50_us(level) / 1000:.2f} / {triton.median_p50_us(level) / 1000:.2f}"
+        p50 = " / ".join(p50_ms(results, level) for results in (rayton, triton, hand))
         lines.append(
             f"| {level.label} | {_rate(r)} | {_rate(g)} | {_rate(t)} | {_rate(tg)} | {_rate(h)} "
             f"| {_ratio(r, t)} | {_ratio(g, tg)} | {_ratio(r, h)} | {_ratio(g, r)} | {p50} |"

@@ -1,7 +1,8 @@
 """Run the hand-written baseline app on a local Ray cluster until SIGINT/SIGTERM.
 
 ``python -m benchmarks.serve_handwritten --repository DIR --port P``: one application per
-model of a benchmark repository, with the same fast-ingress flags rayton uses.
+model of a benchmark repository (the python models hand-written, see
+:mod:`benchmarks.handwritten_serve`), with the same fast-ingress flags rayton uses.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 from pathlib import Path
 
 from benchmarks.handwritten_serve import HandwrittenModel, HandwrittenServer
-from benchmarks.models import ONNX_MODELS
+from benchmarks.models import MODELS
 from cluster.local import start_ray
 
 
@@ -32,14 +33,20 @@ def main() -> None:
         signal.signal(sig, lambda *_: stop.set())
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     targets = [RunTarget(HandwrittenServer.bind(), name="server", route_prefix="/")]
-    for model in ONNX_MODELS:
-        path = str((args.repository / model.name / "1" / "model.onnx").resolve())
+    for model in MODELS:
+        # the pipeline's classifier is the ONNX `cnn`, run in the pipeline's own replica
+        onnx_model = model.name if model.kind == "onnx" else None
+        if model.name.startswith("pipeline"):
+            onnx_model = "cnn"
+        path = onnx_model and str((args.repository / onnx_model / "1" / "model.onnx").resolve())
         app = HandwrittenModel.options(name=model.name).bind(
             model.name,
             path,
             list(model.input_dims),
             list(model.output_dims),
             model.max_batch_size,
+            model.input_type,
+            preprocess=model.kind == "python",
         )
         targets.append(RunTarget(app, name=model.name, route_prefix=f"/v2/models/{model.name}"))
     serve.run_many(targets, wait_for_applications_running=True)

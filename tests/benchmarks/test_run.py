@@ -64,10 +64,10 @@ def test_report_has_every_level_with_ratios_and_gaps():
         "2.00",
         "0.50",
         "0.90",
-        "5.00 / 5.00 |",
+        "5.00 / 5.00 / 5.00 |",
     ]
     pipeline = rows["pipeline b=1 c=8"].split(" | ")
-    assert pipeline[2] == "n/a" and pipeline[5] == "n/a"  # no gRPC run, no hand-written app
+    assert pipeline[2] == "n/a" and pipeline[5] == "200"  # no gRPC run; the hand-written app
     assert "`convnet c=8` on rayton: HTTP 100 rows/s = 50% of raw ONNX Runtime at batch 8" in report
     assert "of raw ONNX Runtime's best single-thread batch throughput (400 rows/s)" in report
     assert (
