@@ -21,7 +21,7 @@ IMAGE_SHAPE = (480, 640, 3)  # what the python pipeline models take: a VGA RGB i
 class BenchModel:
     """One benchmark model. ``kind``: ``onnx`` (rayton's ONNX Runtime backend; the reference
     Triton runs the same file in a python model) or ``python`` (the same ``model.py`` on both
-    servers)."""
+    servers). ``classifier``: the ONNX model a python pipeline calls through BLS."""
 
     name: str
     input_dims: tuple[int, ...]
@@ -29,6 +29,7 @@ class BenchModel:
     max_batch_size: int = MAX_BATCH_SIZE
     kind: str = "onnx"
     input_type: str = "FP32"
+    classifier: str | None = None
 
     def save_onnx(self, path: Path) -> Path:
         if self.name == "mlp":
@@ -45,8 +46,8 @@ MODELS = (
     # the small CNN the BLS pipeline calls
     BenchModel("cnn", (3, 64, 64), (10,)),
     BenchModel("preprocess", IMAGE_SHAPE, (3, 64, 64), 8, "python", "UINT8"),
-    BenchModel("pipeline", IMAGE_SHAPE, (10,), 8, "python", "UINT8"),
-    BenchModel("pipeline_async", IMAGE_SHAPE, (10,), 8, "python", "UINT8"),
+    BenchModel("pipeline", IMAGE_SHAPE, (10,), 8, "python", "UINT8", classifier="cnn"),
+    BenchModel("pipeline_async", IMAGE_SHAPE, (10,), 8, "python", "UINT8", classifier="cnn"),
 )
 ONNX_MODELS = tuple(m for m in MODELS if m.kind == "onnx")
 

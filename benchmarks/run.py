@@ -71,8 +71,6 @@ GRPC_LEVELS = frozenset(
 )
 # Levels also measured on gRPC streams (``rayton perf --streaming``: one stream per client)
 STREAM_LEVELS = frozenset((Level("mlp", 1, 16),))
-# Models the hand-written app serves (the python models as a user would hand-write them)
-HANDWRITTEN_MODELS = frozenset(m.name for m in MODELS)
 
 
 @dataclass
@@ -167,8 +165,6 @@ def measure_system(
         runs += [(level, "stream") for level in levels if level in STREAM_LEVELS]
     try:
         for level, protocol in runs:
-            if name == "handwritten" and level.model not in HANDWRITTEN_MODELS:
-                continue
             config = PerfConfig(
                 model_name=level.model,
                 url=system.url if protocol == "http" else system.grpc_url,

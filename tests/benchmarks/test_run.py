@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 from benchmarks.run import (
     GRPC_LEVELS,
-    HANDWRITTEN_MODELS,
     LEVELS,
     STREAM_LEVELS,
     SystemResults,
@@ -33,8 +32,7 @@ def test_report_has_every_level_with_ratios_and_gaps():
     for level in LEVELS:
         systems["rayton"].levels[level] = [result(100.0)]
         systems["triton"].levels[level] = [result(50.0)]
-        if level.model in HANDWRITTEN_MODELS:
-            systems["handwritten"].levels[level] = [result(200.0)]
+        systems["handwritten"].levels[level] = [result(200.0)]
         if level in GRPC_LEVELS:
             systems["rayton-grpc"].levels[level] = [result(90.0)]
             systems["triton-grpc"].levels[level] = [result(45.0)]
