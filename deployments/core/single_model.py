@@ -101,7 +101,7 @@ class SingleModel:
         batcher = DynamicBatcher(
             f"{self.name}_{model.version}",
             self._policy,
-            [backend.execute for backend in backends],
+            backends,
             statistics,
             self._admission,
         )

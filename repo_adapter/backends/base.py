@@ -13,9 +13,10 @@ import abc
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
@@ -64,6 +65,23 @@ class ModelVersion:
 ExecuteResult = list["InferResponse | InferenceServerError"]
 
 
+class BatchChain(Protocol):
+    """The scheduler's side of :meth:`Backend.run_batches`; both methods are thread-safe.
+
+    An instance that runs its batches on a thread of its own takes the next batch there the
+    moment it is free, as Triton's instance threads dequeue their next payload, instead of
+    waiting for the event loop to form and hand it over.
+    """
+
+    def next_batch(self) -> Sequence[InferRequest]:
+        """The batch to run now, formed by the scheduler's rule; empty when none is due."""
+
+    def finished(
+        self, requests: Sequence[InferRequest], outcome: ExecuteResult | Exception
+    ) -> None:
+        """Hand back one executed batch: its results, or what it raised."""
+
+
 class Backend(abc.ABC):
     """A loaded model instance; its class describes the backend to the repository scan.
 
@@ -108,6 +126,11 @@ class Backend(abc.ABC):
         Raising fails the whole batch (Triton reports INTERNAL to every request).
         """
 
+    async def run_batches(self, requests: Sequence[InferRequest], chain: BatchChain) -> None:
+        """Run ``requests`` and report them to ``chain``; backends with a thread of their own
+        go on there with ``chain``'s next batches. The default runs this one batch."""
+        await run_one_batch(self.execute, requests, chain)
+
     def unload(self) -> None:  # noqa: B027 - optional hook
         """Release the model's resources."""
 
@@ -151,17 +174,54 @@ class TensorBackend(Backend):
 
     async def execute(self, requests: Sequence[InferRequest]) -> ExecuteResult:
         requests = list(requests)
-        start = time.perf_counter()
+        if self._runs_inline(requests):
+            return self._execute_timed(requests)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._execute_timed, requests)
+
+    async def run_batches(self, requests: Sequence[InferRequest], chain: BatchChain) -> None:
+        """On the instance's thread, batches follow each other there while ``chain`` has one
+        due: the event loop, busy with other requests' bodies, no longer sits between two
+        executions (it cost a compute-bound model ~2 ms of idle instance per batch)."""
+        requests = list(requests)
+        if self._runs_inline(requests):
+            await super().run_batches(requests, chain)
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._run_chain, requests, chain)
+
+    def _run_chain(self, requests: list[InferRequest], chain: BatchChain) -> None:
+        gathered = self._gather(requests)
+        while requests:
+            try:
+                outcome: ExecuteResult | Exception = self._execute_timed(requests, gathered)
+            except Exception as err:  # the scheduler fails the batch with it
+                outcome = err
+            following = list(chain.next_batch())
+            # Handing a batch back wakes the event loop, which then holds the GIL for a while:
+            # the next batch's inputs are gathered first, so the thread goes straight on to
+            # the model, which releases the GIL while the loop answers.
+            gathered = self._gather(following) if following else None
+            chain.finished(requests, outcome)
+            requests = following
+
+    def _runs_inline(self, requests: list[InferRequest]) -> bool:
         mean = self._mean_execution_s
         inline = mean is not None and mean < self.INLINE_MAX_EXECUTION_S
-        if inline and not self._offloaded(requests):
-            results = self._execute_sync(requests)
-        else:
-            loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(self._executor, self._execute_sync, requests)
-        elapsed = time.perf_counter() - start
-        self._mean_execution_s = elapsed if mean is None else 0.8 * mean + 0.2 * elapsed
-        return results
+        return inline and not self._offloaded(requests)
+
+    def _execute_timed(
+        self, requests: list[InferRequest], gathered: _GatheredBatch | None = None
+    ) -> ExecuteResult:
+        start = time.perf_counter()
+        try:
+            if gathered is None:
+                gathered = self._gather(requests)
+            return self._run_gathered(requests, gathered)
+        finally:
+            elapsed = time.perf_counter() - start
+            mean = self._mean_execution_s
+            self._mean_execution_s = elapsed if mean is None else 0.8 * mean + 0.2 * elapsed
 
     def _offloaded(self, requests: list[InferRequest]) -> bool:
         """Whether a short batch runs off the loop all the same: a request asks for it
@@ -176,17 +236,29 @@ class TensorBackend(Backend):
         self._executor.shutdown(wait=False)
 
     def _execute_sync(self, requests: list[InferRequest]) -> ExecuteResult:
+        return self._run_gathered(requests, self._gather(requests))
+
+    def _gather(self, requests: list[InferRequest]) -> _GatheredBatch:
         batching = self.config.max_batch_size > 0
         start = time.monotonic_ns()
         rows = [_request_rows(request) if batching else 1 for request in requests]
-        inputs = self._gather_inputs(requests, batching)
+        try:
+            inputs, error = self._gather_inputs(requests, batching), None
+        except Exception as err:  # raised when the batch runs, so it fails that batch alone
+            inputs, error = {}, err
+        return _GatheredBatch(rows, inputs, error, time.monotonic_ns() - start)
+
+    def _run_gathered(
+        self, requests: list[InferRequest], gathered: _GatheredBatch
+    ) -> ExecuteResult:
+        if gathered.error is not None:
+            raise gathered.error
         infer_start = time.monotonic_ns()
-        outputs = self.run(inputs)
+        outputs = self.run(gathered.inputs)
         infer_end = time.monotonic_ns()
-        results = self._scatter_outputs(requests, outputs, rows, batching)
-        return report_compute(
-            results, ComputeTimes(infer_start - start, infer_end - infer_start, 0)
-        )
+        batching = self.config.max_batch_size > 0
+        results = self._scatter_outputs(requests, outputs, gathered.rows, batching)
+        return report_compute(results, ComputeTimes(gathered.input_ns, infer_end - infer_start, 0))
 
     def _gather_inputs(self, requests: list[InferRequest], batching: bool) -> dict[str, np.ndarray]:
         gathered: dict[str, np.ndarray] = {}
@@ -242,6 +314,30 @@ class TensorBackend(Backend):
             )
             for i, request in enumerate(requests)
         ]
+
+
+async def run_one_batch(
+    execute: Callable[[Sequence[InferRequest]], Awaitable[ExecuteResult]],
+    requests: Sequence[InferRequest],
+    chain: BatchChain,
+) -> None:
+    """Run one batch with ``execute`` and report it to ``chain``."""
+    try:
+        outcome: ExecuteResult | Exception = await execute(requests)
+    except Exception as err:  # the scheduler fails the batch with it
+        outcome = err
+    chain.finished(requests, outcome)
+
+
+@dataclass
+class _GatheredBatch:
+    """A batch's inputs concatenated for the model (or why they could not be), its rows per
+    request and how long gathering took."""
+
+    rows: list[int]
+    inputs: dict[str, np.ndarray]
+    error: Exception | None
+    input_ns: int
 
 
 class TimedResults(list):

@@ -62,3 +62,51 @@ async def test_a_full_batch_stays_inline_even_when_marked(tmp_path):
     _, full_batch, short_batch = backend.threads
     assert full_batch is loop_thread
     assert short_batch is not loop_thread
+
+
+class RecordingChain:
+    """A scheduler's side of ``run_batches``: hands out ``batches`` in turn, records results."""
+
+    def __init__(self, *batches) -> None:
+        self.batches = list(batches)
+        self.reported: list[tuple[int, object, threading.Thread]] = []
+
+    def next_batch(self):
+        return self.batches.pop(0) if self.batches else []
+
+    def finished(self, requests, outcome) -> None:
+        self.reported.append((len(requests), outcome, threading.current_thread()))
+
+
+async def test_on_its_thread_an_instance_runs_the_chains_next_batches_there(tmp_path):
+    backend = recording(tmp_path)
+    loop_thread = threading.current_thread()
+    chain = RecordingChain([one_row(), one_row()], [one_row()])
+    await backend.run_batches([one_row()], chain)  # duration unknown: the instance's thread
+    instance_thread = backend.threads[0]
+    assert instance_thread is not loop_thread
+    assert backend.threads == [instance_thread] * 3
+    assert [size for size, _, _ in chain.reported] == [1, 2, 1]
+    assert all(thread is instance_thread for _, _, thread in chain.reported)
+    assert all(len(outcome) == size for size, outcome, _ in chain.reported)
+
+
+async def test_an_inline_batch_is_reported_and_leaves_the_next_batch_to_the_loop(tmp_path):
+    backend = recording(tmp_path)
+    loop_thread = threading.current_thread()
+    await backend.execute([one_row()])  # its duration is now known: short
+    chain = RecordingChain([one_row()])
+    await backend.run_batches([one_row()], chain)
+    assert backend.threads[1] is loop_thread
+    assert len(chain.batches) == 1  # not taken
+    assert [(size, thread) for size, _, thread in chain.reported] == [(1, loop_thread)]
+
+
+async def test_a_failing_batch_in_a_chain_is_reported_and_the_next_one_runs(tmp_path):
+    backend = recording(tmp_path)
+    wrong_shape = request(INPUT0=("FP32", np.ones((1, 3), np.float32)))
+    chain = RecordingChain([one_row()])
+    await backend.run_batches([wrong_shape], chain)
+    (_, failed, _), (_, answered, _) = chain.reported
+    assert isinstance(failed, Exception)
+    assert answered[0].outputs[0].data.shape[0] == 1

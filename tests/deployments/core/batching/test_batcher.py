@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 
 import numpy as np
 import pytest
@@ -266,4 +268,112 @@ async def test_the_backends_phases_split_compute_input_infer_and_output():
     assert batch["compute_input"]["ns"] == 3_000_000
     assert batch["compute_infer"]["ns"] == 10_000_000
     assert batch["compute_output"]["ns"] >= 7_000_000  # the rest of the 20 ms execution
+    await run.close()
+
+
+class ThreadedInstance:
+    """An instance with a thread of its own that goes on there with the chain's next batches,
+    as ``TensorBackend.run_batches`` does; ``gate`` holds each execution until it is set."""
+
+    def __init__(self) -> None:
+        self.executions: list[tuple[list[int], threading.Thread]] = []
+        self.gate = threading.Event()
+        self.started = threading.Event()
+        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.calls = 0  # batches handed over by the event loop
+
+    async def run_batches(self, requests, chain) -> None:
+        self.calls += 1
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._thread, self._run_chain, list(requests), chain)
+
+    def _run_chain(self, requests, chain) -> None:
+        while requests:
+            self.started.set()
+            self.gate.wait(10)
+            rows = [r.inputs[0].data.shape[0] for r in requests]
+            self.executions.append((rows, threading.current_thread()))
+            if any(r.parameters.get("fail") for r in requests):
+                outcome = RuntimeError("boom")
+            else:
+                outcome = [
+                    InferResponse("m", "1", [InferTensor("Y", "FP32", r.inputs[0].data)])
+                    for r in requests
+                ]
+            chain.finished(requests, outcome)
+            requests = list(chain.next_batch())
+
+
+async def wait_for(event: threading.Event) -> None:
+    for _ in range(500):
+        if event.is_set():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the instance never started")
+
+
+async def test_an_instance_thread_takes_the_next_batch_itself_by_the_same_rule():
+    instance = ThreadedInstance()
+    statistics = VersionStatistics("m", "1")
+    run = DynamicBatcher("m_1", policy(), [instance], statistics)
+    first = asyncio.ensure_future(run.submit(request(1), 1))
+    await wait_for(instance.started)  # the instance's thread is busy with the first request
+    rest = [asyncio.ensure_future(run.submit(request(r), r)) for r in (3, 4, 2)]
+    await asyncio.sleep(0.01)
+    assert run.pending_count == 3
+    instance.gate.set()
+    responses = await asyncio.gather(first, *rest)
+    assert [rows for rows, _ in instance.executions] == [[1], [3, 4], [2]]
+    assert instance.calls == 1  # the thread went on by itself, the loop handed over one batch
+    assert [r.outputs[0].data.shape[0] for r in responses] == [1, 3, 4, 2]
+    stats = statistics.to_json()
+    assert stats["execution_count"] == 3
+    assert stats["inference_stats"]["success"]["count"] == 4
+    assert run.pending_count == 0
+    await run.close()
+
+
+async def test_a_failing_batch_on_the_instance_thread_fails_only_its_own_requests():
+    instance = ThreadedInstance()
+    statistics = VersionStatistics("m", "1")
+    run = DynamicBatcher("m_1", policy(), [instance], statistics)
+    first = asyncio.ensure_future(run.submit(request(8, fail=True), 8))
+    await wait_for(instance.started)
+    second = asyncio.ensure_future(run.submit(request(2), 2))
+    await asyncio.sleep(0.01)
+    instance.gate.set()
+    with pytest.raises(InferenceServerError, match="boom") as failed:
+        await first
+    assert failed.value.code is StatusCode.INTERNAL
+    assert (await second).outputs[0].data.shape == (2, 1)
+    assert statistics.metrics_entry()["failures"]["BACKEND"] == 1
+    assert instance.calls == 1
+    await run.close()
+
+
+async def test_requests_cancelled_or_timed_out_while_the_thread_was_busy_never_execute():
+    instance = ThreadedInstance()
+    statistics = VersionStatistics("m", "1")
+    timeouts = policy(
+        "dynamic_batching { default_queue_policy { default_timeout_microseconds: 10000000 "
+        "allow_timeout_override: true timeout_action: REJECT } }"
+    )
+    run = DynamicBatcher("m_1", timeouts, [instance], statistics)
+    first = asyncio.ensure_future(run.submit(request(1), 1))
+    await wait_for(instance.started)
+    cancelled = asyncio.ensure_future(run.submit(request(2), 2))
+    # 1 ms: past while the instance's thread is busy
+    timed_out = asyncio.ensure_future(run.submit(request(3, timeout=1000), 3))
+    kept = asyncio.ensure_future(run.submit(request(4), 4))
+    await asyncio.sleep(0.02)
+    cancelled.cancel()
+    await asyncio.sleep(0.01)
+    instance.gate.set()
+    await first
+    assert (await kept).outputs[0].data.shape == (4, 1)
+    with pytest.raises(InferenceServerError, match="timeout"):
+        await timed_out
+    assert [rows for rows, _ in instance.executions] == [[1], [4]]
+    failures = statistics.metrics_entry()["failures"]
+    assert failures["CANCELED"] == 1 and failures["REJECTED"] == 1
     await run.close()
