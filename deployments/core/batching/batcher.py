@@ -122,12 +122,6 @@ class DynamicBatcher:
         level = policy.priority_of(request)
         queue_policy = policy.queue_policy(level)
         arrival = time.monotonic_ns()
-        with self._lock:
-            queued = self._queued_per_level.get(level, 0)
-            if queue_policy.max_queue_size and queued >= queue_policy.max_queue_size:
-                # Never queued: Triton counts it in neither the statistics nor the metrics.
-                raise InferenceServerError("Exceeds maximum queue size", StatusCode.UNAVAILABLE)
-            self._queued_per_level[level] = queued + 1
         timeout_us = queue_policy.timeout_us(request.timeout_us)
         loop = asyncio.get_running_loop()
         item = PendingRequest(
@@ -140,6 +134,12 @@ class DynamicBatcher:
             delay_on_timeout=queue_policy.delay_on_timeout,
             future=loop.create_future(),
         )
+        with self._lock:
+            queued = self._queued_per_level.get(level, 0)
+            if queue_policy.max_queue_size and queued >= queue_policy.max_queue_size:
+                # Never queued: Triton counts it in neither the statistics nor the metrics.
+                raise InferenceServerError("Exceeds maximum queue size", StatusCode.UNAVAILABLE)
+            self._queued_per_level[level] = queued + 1
         if request.trace is not None:
             _trace_queued(request.trace, request, arrival)
         self._ensure_executor()
@@ -322,7 +322,8 @@ class _InstanceChain:
     def _on_loop(self, callback: Callable[..., None], *args: Any) -> None:
         if threading.get_ident() == self._loop_thread:
             callback(*args)
-        else:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: its callers are gone
             self._loop.call_soon_threadsafe(callback, *args)
 
 
