@@ -235,9 +235,6 @@ class TensorBackend(Backend):
     def unload(self) -> None:
         self._executor.shutdown(wait=False)
 
-    def _execute_sync(self, requests: list[InferRequest]) -> ExecuteResult:
-        return self._run_gathered(requests, self._gather(requests))
-
     def _gather(self, requests: list[InferRequest]) -> _GatheredBatch:
         batching = self.config.max_batch_size > 0
         start = time.monotonic_ns()
