@@ -181,8 +181,9 @@ class TensorBackend(Backend):
 
     async def run_batches(self, requests: Sequence[InferRequest], chain: BatchChain) -> None:
         """On the instance's thread, batches follow each other there while ``chain`` has one
-        due: the event loop, busy with other requests' bodies, no longer sits between two
-        executions (it cost a compute-bound model ~2 ms of idle instance per batch)."""
+        due and the batches belong on the thread: the event loop, busy with other requests'
+        bodies, no longer sits between two executions (it cost a compute-bound model ~2 ms of
+        idle instance per batch)."""
         requests = list(requests)
         if self._runs_inline(requests):
             await super().run_batches(requests, chain)
@@ -197,7 +198,9 @@ class TensorBackend(Backend):
                 outcome: ExecuteResult | Exception = self._execute_timed(requests, gathered)
             except Exception as err:  # the scheduler fails the batch with it
                 outcome = err
-            following = list(chain.next_batch())
+            # A short batch not marked for the thread belongs inline on the loop (a thread hop
+            # costs more than it saves): the loop forms the next one then.
+            following = [] if self._runs_inline(requests) else list(chain.next_batch())
             # Handing a batch back wakes the event loop, which then holds the GIL for a while:
             # the next batch's inputs are gathered first, so the thread goes straight on to
             # the model, which releases the GIL while the loop answers.

@@ -80,6 +80,7 @@ class RecordingChain:
 
 async def test_on_its_thread_an_instance_runs_the_chains_next_batches_there(tmp_path):
     backend = recording(tmp_path)
+    backend.INLINE_MAX_EXECUTION_S = 0.0  # a long-running model: every batch on its thread
     loop_thread = threading.current_thread()
     chain = RecordingChain([one_row(), one_row()], [one_row()])
     await backend.run_batches([one_row()], chain)  # duration unknown: the instance's thread
@@ -102,8 +103,27 @@ async def test_an_inline_batch_is_reported_and_leaves_the_next_batch_to_the_loop
     assert [(size, thread) for size, _, thread in chain.reported] == [(1, loop_thread)]
 
 
+async def test_a_short_model_leaves_the_chain_once_its_duration_is_known(tmp_path):
+    backend = recording(tmp_path)
+    loop_thread = threading.current_thread()
+    chain = RecordingChain([one_row()])
+    await backend.run_batches([one_row()], chain)  # duration unknown: the instance's thread
+    assert backend.threads[0] is not loop_thread
+    assert len(chain.batches) == 1  # short: the next batch is left to the loop, to run inline
+
+
+async def test_a_batch_marked_for_the_thread_keeps_the_chain_going(tmp_path):
+    backend = recording(tmp_path)
+    await backend.execute([one_row()])  # short
+    chain = RecordingChain([one_row(offload=True)])
+    await backend.run_batches([one_row(offload=True)], chain)
+    assert backend.threads[1] is backend.threads[2] is not threading.current_thread()
+    assert chain.batches == []
+
+
 async def test_a_failing_batch_in_a_chain_is_reported_and_the_next_one_runs(tmp_path):
     backend = recording(tmp_path)
+    backend.INLINE_MAX_EXECUTION_S = 0.0
     wrong_shape = request(INPUT0=("FP32", np.ones((1, 3), np.float32)))
     chain = RecordingChain([one_row()])
     await backend.run_batches([wrong_shape], chain)
