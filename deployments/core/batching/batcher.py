@@ -194,7 +194,7 @@ class DynamicBatcher:
         chain = _InstanceChain(self, asyncio.get_running_loop())
         while True:
             decision = self._take_batch()
-            self._reject(decision.rejected)
+            requests = chain.take(decision)
             if not decision.batch:
                 self._wakeup.clear()
                 wait_until = decision.wait_until
@@ -202,9 +202,8 @@ class DynamicBatcher:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
                 continue
-            batch = self._live(decision.batch)
-            if batch:
-                await instance.run_batches(chain.start(batch), chain)
+            if requests:
+                await instance.run_batches(requests, chain)
             # Let the loop send the responses and admit what arrived during the execution
             # (it may have run inline) before the next batch is formed.
             await asyncio.sleep(0)
@@ -304,14 +303,18 @@ class _InstanceChain:
         self._running.append((batch, time.monotonic_ns()))
         return [item.request for item in batch]
 
-    def next_batch(self) -> list[InferRequest]:
-        decision = self._batcher._take_batch()
+    def take(self, decision: BatchDecision) -> list[InferRequest]:
+        """Start ``decision``'s batch without the requests whose callers went away; those and
+        the timed-out ones are failed and counted on the loop. Any thread."""
         live = self._batcher._live(decision.batch)
         if decision.rejected:
             self._on_loop(self._batcher._reject, decision.rejected)
         if len(live) != len(decision.batch):
             self._on_loop(self._batcher._record_cancelled, decision.batch, live)
         return self.start(live) if live else []
+
+    def next_batch(self) -> list[InferRequest]:
+        return self.take(self._batcher._take_batch())
 
     def finished(
         self, requests: Sequence[InferRequest], outcome: ExecuteResult | Exception

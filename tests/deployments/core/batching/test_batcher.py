@@ -241,6 +241,23 @@ async def test_failures_are_counted_by_reason_and_pending_requests_are_counted()
     await run.close()
 
 
+async def test_a_request_cancelled_in_the_queue_is_left_out_of_its_batch_and_counted():
+    model = Model()
+    model.release.clear()
+    run, statistics = batcher(model, policy())
+    busy = asyncio.ensure_future(run.submit(request(1), 1))
+    await asyncio.sleep(0.01)  # the instance is busy; the next ones wait in the queue
+    cancelled = asyncio.ensure_future(run.submit(request(2), 2))
+    kept = asyncio.ensure_future(run.submit(request(3), 3))
+    await asyncio.sleep(0.01)
+    cancelled.cancel()
+    model.release.set()
+    await asyncio.gather(busy, kept)
+    assert model.executions == [[1], [3]]
+    assert statistics.metrics_entry()["failures"]["CANCELED"] == 1
+    await run.close()
+
+
 async def test_a_failing_execution_is_a_backend_failure():
     async def broken(requests):
         raise RuntimeError("boom")
