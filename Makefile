@@ -1,6 +1,7 @@
 # rayton: two commands on a fresh machine.
 #   make serve   set up, generate the example repository, serve it on a local Ray cluster
 #   make test    set up and run every test (CI runs this through .ci/run)
+#   make test-unit  the fast tests alone (no Ray cluster, no end-to-end suites), timed
 
 PYTHON ?= python3
 VENV := .venv
@@ -44,8 +45,15 @@ test: examples
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
+# The fast tests alone: by folder, not the end-to-end, conformance or benchmark suites; by
+# marker, no test that starts a Ray cluster (`cluster`) or the reference tritonserver.
+UNIT_TESTS := --ignore=tests/e2e --ignore=tests/conformance --ignore=tests/benchmarks \
+	-m 'not cluster and not reference'
+
 test-unit: setup
-	$(BIN)/python -m pytest -q -m "not cluster and not reference"
+	@echo "$(BIN)/python -m pytest -q $(UNIT_TESTS)"
+	@start=$$(date +%s); status=0; $(BIN)/python -m pytest -q $(UNIT_TESTS) || status=$$?; \
+	echo "make test-unit: $$(($$(date +%s) - start)) s wall time"; exit $$status
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

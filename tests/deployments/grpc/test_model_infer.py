@@ -17,7 +17,7 @@ from deployments.grpc.model_infer import (
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
-from tests.deployments.grpc.test_grpc_codec import client_request, infer_input
+from tests.deployments.grpc.test_codec import client_request, infer_input
 
 
 async def doubling_model(request: InferRequest) -> InferResponse:

@@ -28,7 +28,7 @@ from tests.support.ports import free_port
 
 pytestmark = pytest.mark.cluster
 
-TEST_MODELS = Path(__file__).parent / "model_repository"
+TEST_MODELS = Path(__file__).parents[1] / "deployments" / "model_repository"
 BASE_SEED = int(os.environ.get("FUZZ_SEED", "20261201"))
 HTTP_CASES = 600
 # Triton's answer for a feature it does not implement (a Content-Encoding other than gzip or

@@ -8,11 +8,9 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.grpc.aio as aiogrpcclient
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc._utils import _get_inference_request
-from tritonclient.utils import InferenceServerException
 
 from deployments.core.statistics import VersionStatistics
 from deployments.grpc import codec
@@ -364,36 +362,3 @@ def test_metadata_statistics_and_index_convert():
         {"name": "rayton", "version": "0.1.0", "extensions": ["statistics"]}
     )
     assert json_format.MessageToDict(server)["extensions"] == ["statistics"]
-
-
-# ----------------------------------------------------------------------------- the server
-
-
-async def test_grpc_server_starts_answers_and_refuses_a_busy_port(tmp_path):
-    from deployments.grpc.server import GrpcSpec, start_grpc_server
-    from tests.support.in_process import InProcessRepository
-    from tests.support.ports import free_port
-
-    (tmp_path / "b" / "1").mkdir(parents=True)
-    (tmp_path / "b" / "config.pbtxt").write_text('backend: "python"\nbad: 1\n')
-    repository = InProcessRepository(tmp_path)
-    with pytest.raises(InferenceServerError, match="load failed for model 'b'"):
-        await repository.load("b")
-    spec = GrpcSpec(port=free_port())
-    server, _ = await start_grpc_server(spec, repository, repository)
-    try:
-        async with aiogrpcclient.InferenceServerClient(spec.address) as client:
-            assert await client.is_server_live()
-            assert not await client.is_server_ready()  # 'b' failed: strict readiness
-            assert not await client.is_model_ready("b")
-            with pytest.raises(InferenceServerException, match=r"is not ready: .*bad"):
-                await client.get_model_metadata("b")
-            with pytest.raises(InferenceServerException, match="unknown model"):
-                await client.get_model_config("nope")
-            (entry,) = (await client.get_model_repository_index(as_json=True))["models"]
-            assert entry["name"] == "b" and entry["state"] == "UNAVAILABLE"
-            assert "bad" in entry["reason"]
-        with pytest.raises(RuntimeError, match="cannot listen for gRPC"):
-            await start_grpc_server(spec, repository, repository, bind_wait_s=0.2)
-    finally:
-        await server.stop(None)
