@@ -6,15 +6,26 @@ runs on them) read it.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import fields
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from deployments.command_flag import Flag
+from deployments.core.log_settings import LogSettings
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 
 DEFAULT_POLL_SECS = 15.0
 # A model whose replicas are not all up by then is UNAVAILABLE (its application is removed).
 DEFAULT_LOAD_TIMEOUT_S = 300.0
+
+
+# Triton's --http-max-input-size; `rayton build` and `rayton serve` both take it.
+HttpMaxInputSize = Annotated[
+    int,
+    Field(gt=0, description="largest inference request body accepted (default 64 MiB, as Triton)"),
+    Flag(metavar="BYTES"),
+]
 
 
 class ServerAppArgs(BaseModel):
@@ -23,33 +34,64 @@ class ServerAppArgs(BaseModel):
     ``deploy_models`` False (a Serve config): the config's own model applications serve the
     models and the repository controller only watches them, so only ``model_control_mode:
     none`` applies. True (``rayton serve``): the controller deploys and changes them.
+
+    The fields marked :class:`Flag` are ``rayton serve``'s flags as well.
     """
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
-    model_repository: str
+    model_repository: Annotated[str, Flag()] = Field(description="the model repository")
     models: list[str] | None = None  # a config's model selection; None: every model
-    model_control_mode: Literal["none", "poll", "explicit"] = "none"
-    load_models: list[str] | None = None  # explicit mode's start-up models ('*': all)
-    repository_poll_secs: float = Field(DEFAULT_POLL_SECS, gt=0)
-    model_load_timeout_secs: float = Field(DEFAULT_LOAD_TIMEOUT_S, gt=0)
-    strict_readiness: bool = True
+    model_control_mode: Annotated[Literal["none", "poll", "explicit"], Flag()] = Field(
+        "none",
+        description="none: serve the repository as it is; poll: reload what changes on disk; "
+        "explicit: serve --load-model models, then what the repository API loads",
+    )
+    load_models: Annotated[list[str] | None, Flag("--load-model", metavar="NAME")] = Field(
+        None,
+        description="explicit mode: load these models at start-up (repeatable; '*' for all)",
+    )
+    repository_poll_secs: Annotated[float, Flag()] = Field(
+        DEFAULT_POLL_SECS,
+        gt=0,
+        description=f"poll mode: seconds between repository scans (default {DEFAULT_POLL_SECS:g})",
+    )
+    model_load_timeout_secs: Annotated[float, Flag()] = Field(
+        DEFAULT_LOAD_TIMEOUT_S,
+        gt=0,
+        description="a model whose replicas are not all up by then is UNAVAILABLE "
+        f"(default {DEFAULT_LOAD_TIMEOUT_S:g})",
+    )
+    strict_readiness: Annotated[bool, Flag()] = Field(
+        True, description="true: /v2/health/ready fails while a model failed to load (as Triton)"
+    )
     deploy_models: bool = False
-    # rayton serve: "shared" runs CPU models in one host application (one process for many
-    # models, as Triton); "dedicated" gives each model an application and replicas of its own.
-    cpu_models: Literal["shared", "dedicated"] = "shared"
-    # Where a repository load may write the model files a client sends (Triton's file:
-    # parameters: model code from the network); None refuses them.
-    model_file_override_dir: str | None = None
-    # Triton's --http-max-input-size: the largest inference request body a model takes
-    http_max_input_size: int = Field(DEFAULT_MAX_INPUT_SIZE, gt=0)
+    cpu_models: Annotated[Literal["shared", "dedicated"], Flag()] = Field(
+        "shared",
+        description="shared: CPU models run together in one host application (one process "
+        "holds many models, as in Triton); dedicated: each model gets its own application and "
+        "one replica per instance (per-model scaling, ~150 MB per replica)",
+    )
+    # None refuses Triton's file: parameters (model code from the network).
+    model_file_override_dir: Annotated[str | None, Flag(metavar="DIR")] = Field(
+        None,
+        description="allow repository loads with file: parameters (model files sent by the "
+        "client, code included) and write them under DIR (shared storage on several nodes); "
+        "refused without it",
+    )
+    http_max_input_size: HttpMaxInputSize = DEFAULT_MAX_INPUT_SIZE
     # Triton's --log-* start-up settings (the logging extension changes all but the file).
-    log_file: str = ""
-    log_info: bool = True
-    log_warning: bool = True
-    log_error: bool = True
-    log_verbose_level: int = Field(0, ge=0)
-    log_format: Literal["default", "ISO8601"] = "default"
-    # Triton's --trace-config start-up settings (the trace extension changes all but the file).
+    log_file: Annotated[str, Flag(metavar="PATH")] = Field(
+        "", description="also write rayton's and the python models' log lines to PATH on each node"
+    )
+    log_info: Annotated[bool, Flag()] = Field(True, description="info lines")
+    log_warning: Annotated[bool, Flag()] = Field(True, description="warning lines")
+    log_error: Annotated[bool, Flag()] = Field(True, description="error lines")
+    log_verbose_level: Annotated[int, Flag("--log-verbose", metavar="LEVEL")] = Field(
+        0, ge=0, description="verbose lines when > 0"
+    )
+    log_format: Annotated[Literal["default", "ISO8601"], Flag()] = "default"
+    # Triton's --trace-config start-up settings (the trace extension changes all but the file);
+    # `rayton serve --trace-config` sets them (parse_trace_config).
     trace_file: str = ""
     trace_level: list[Literal["OFF", "TIMESTAMPS", "TENSORS"]] = Field(default_factory=list)
     trace_rate: int = Field(1000, gt=0, lt=2**32)
@@ -58,6 +100,10 @@ class ServerAppArgs(BaseModel):
     trace_mode: Literal["triton", "opentelemetry"] = "triton"
     trace_otel_url: str = "http://localhost:4318/v1/traces"  # OTLP/HTTP traces endpoint
     trace_otel_resource: dict[str, str] = Field(default_factory=dict)
+
+    def log_settings(self) -> LogSettings:
+        """The start-up log settings these args describe (the ``log_*`` fields)."""
+        return LogSettings(**self.model_dump(include={field.name for field in fields(LogSettings)}))
 
     @model_validator(mode="after")
     def _config_owned_models_do_not_change(self) -> ServerAppArgs:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from deployments.command_flag import Flag
 
 DEFAULT_METRICS_PORT = 8002
 DEFAULT_INTERVAL_MS = 2000  # Triton's --metrics-interval-ms
@@ -13,18 +17,35 @@ DEFAULT_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)  # Triton's default summary qu
 
 
 class MetricsAppArgs(BaseModel):
-    """``args`` of the metrics application in ``serve_config.yaml`` (``rayton serve``'s flags).
+    """``args`` of the metrics application in ``serve_config.yaml``; the fields marked
+    :class:`Flag` are ``rayton serve``'s and ``rayton build``'s metrics flags as well.
 
     ``metrics_config`` holds Triton's ``--metrics-config`` settings as ``key=value`` strings.
     """
 
     model_config = ConfigDict(extra="forbid")
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = Field(DEFAULT_METRICS_PORT, ge=0, le=65535)
-    allow_gpu_metrics: bool = True
-    allow_cpu_metrics: bool = True
-    metrics_interval_ms: int = Field(DEFAULT_INTERVAL_MS, gt=0)
-    metrics_config: list[str] = Field(default_factory=list)
+    metrics_host: str = "127.0.0.1"  # on the command line: --metrics-address
+    metrics_port: Annotated[int, Flag()] = Field(
+        DEFAULT_METRICS_PORT,
+        ge=0,
+        le=65535,
+        description=f"Prometheus /metrics port (default {DEFAULT_METRICS_PORT})",
+    )
+    allow_gpu_metrics: Annotated[bool, Flag()] = Field(
+        True, description="false turns off the GPU metrics"
+    )
+    allow_cpu_metrics: Annotated[bool, Flag()] = Field(
+        True, description="false turns off the CPU metrics"
+    )
+    metrics_interval_ms: Annotated[int, Flag()] = Field(
+        DEFAULT_INTERVAL_MS,
+        gt=0,
+        description=f"how often CPU and GPU gauges are sampled (default {DEFAULT_INTERVAL_MS})",
+    )
+    metrics_config: Annotated[list[str], Flag(metavar="SETTING=VALUE")] = Field(
+        default_factory=list,
+        description="Triton's metrics settings (counter_latencies=false; repeatable)",
+    )
 
     @field_validator("metrics_config")
     @classmethod

@@ -1,4 +1,5 @@
-"""The server application's arguments: Triton's ``--trace-config`` and its checks."""
+"""The server application's arguments: Triton's ``--trace-config`` and its checks, and the
+log settings."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from deployments.apps.server_args import ServerAppArgs, parse_trace_config
-from deployments.cli import main
+from deployments.core.log_settings import LogSettings
 
 
 def test_trace_config_as_triton_writes_it():
@@ -83,9 +84,20 @@ def test_start_up_trace_settings_are_checked(fields, message):
         ServerAppArgs(model_repository="r", deploy_models=True, **fields)
 
 
-def test_rayton_serve_refuses_tracing_without_a_file_before_starting_ray(tmp_path, capsys):
-    code = main(
-        ["serve", "--model-repository", str(tmp_path), "--trace-config", "level=TIMESTAMPS"]
+def test_log_settings_are_the_log_fields():
+    args = ServerAppArgs(
+        model_repository="r",
+        log_file="/tmp/rayton.log",
+        log_info=False,
+        log_verbose_level=2,
+        log_format="ISO8601",
     )
-    assert code == 2
-    assert "tracing needs a trace file" in capsys.readouterr().err
+    assert args.log_settings() == LogSettings(
+        log_file="/tmp/rayton.log",
+        log_info=False,
+        log_warning=True,
+        log_error=True,
+        log_verbose_level=2,
+        log_format="ISO8601",
+    )
+    assert ServerAppArgs(model_repository="r").log_settings() == LogSettings()

@@ -1,4 +1,5 @@
-"""The ``rayton`` command: ``build`` writes a Serve config, ``serve`` serves and stops cleanly."""
+"""``rayton serve``: refuses what it cannot serve before starting Ray, serves, and stops
+cleanly."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-import yaml
-from ray.serve.schema import ServeDeploySchema
 
+from deployments.apps.server_args import ServerAppArgs
 from deployments.cli import main
-from tests.deployments.test_faults import CONFIG as CRASHES_CONFIG
-from tests.deployments.test_faults import ECHO as CRASHES
-from tests.deployments.test_serve_run import wait_until
+from deployments.cli.serve import ServeSettings
+from tests.e2e.test_faults import CONFIG as CRASHES_CONFIG
+from tests.e2e.test_faults import ECHO as CRASHES
+from tests.e2e.test_serve_run import wait_until
 from tests.support.ports import free_port
 from tests.support.processes import (
     rayton_serve_command,
@@ -38,8 +39,8 @@ from tests.support.processes import (
 )
 from tests.support.sockets import listening_sockets
 
-TEST_MODELS = Path(__file__).parent / "model_repository"
-PYTHON_MODELS = Path(__file__).parents[1] / "repo_adapter" / "backends" / "python_models"
+TEST_MODELS = Path(__file__).parents[1] / "model_repository"
+PYTHON_MODELS = Path(__file__).parents[2] / "repo_adapter" / "backends" / "python_models"
 
 
 def model_ready(url: str, model: str) -> bool:
@@ -48,78 +49,6 @@ def model_ready(url: str, model: str) -> bool:
             return client.is_model_ready(model)
     except Exception:
         return False
-
-
-def test_build_writes_a_serve_config_with_one_app_per_model(example_repository, tmp_path, capsys):
-    output = tmp_path / "serve_config.yaml"
-    assert main(["build", str(example_repository), "-o", str(output), "--http-port", "9123"]) == 0
-    config = yaml.safe_load(output.read_text())
-    ServeDeploySchema.model_validate(config)  # what `serve run` / `serve deploy` accept
-    apps = {app["name"]: app for app in config["applications"]}
-    assert apps["rayton-server"]["route_prefix"] == "/"
-    grpc = apps["rayton-grpc"]  # Triton's gRPC endpoint on 8001 by default, no HTTP route
-    assert grpc["route_prefix"] is None
-    assert grpc["import_path"] == "deployments.apps.builders:build_grpc_app"
-    assert (grpc["args"]["grpc_host"], grpc["args"]["grpc_port"]) == ("127.0.0.1", 8001)
-    assert grpc["deployments"][0]["name"] == "grpc"
-    metrics = apps["rayton-metrics"]  # Triton's /metrics on 8002 by default, no HTTP route
-    assert metrics["route_prefix"] is None
-    assert metrics["import_path"] == "deployments.apps.builders:build_metrics_app"
-    assert (metrics["args"]["metrics_host"], metrics["args"]["metrics_port"]) == (
-        "127.0.0.1",
-        8002,
-    )
-    onnx = apps["image_classifier_onnx"]
-    assert onnx["route_prefix"] == "/v2/models/image_classifier_onnx"
-    assert onnx["deployments"][0]["name"] == "image_classifier_onnx"
-    assert apps["mlp_autocomplete"]["deployments"][0]["num_replicas"] == 2  # ORT CPU default
-    assert config["http_options"] == {"host": "127.0.0.1", "port": 9123}
-    assert "image_pipeline" in capsys.readouterr().out
-
-
-def test_build_reports_broken_models(tmp_path, capsys):
-    repository = tmp_path / "repository"
-    (repository / "broken" / "1").mkdir(parents=True)
-    (repository / "broken" / "config.pbtxt").write_text("max_batch_size: nope")
-    assert main(["build", str(repository), "-o", str(tmp_path / "cfg.yaml")]) == 0
-    assert "broken" in capsys.readouterr().out
-    config = yaml.safe_load((tmp_path / "cfg.yaml").read_text())
-    assert [app["name"] for app in config["applications"]] == [
-        "rayton-server",
-        "rayton-grpc",
-        "rayton-metrics",
-    ]
-
-
-def test_build_without_grpc(example_repository, tmp_path):
-    output = tmp_path / "serve_config.yaml"
-    assert main(["build", str(example_repository), "-o", str(output), "--grpc-port", "0"]) == 0
-    names = [app["name"] for app in yaml.safe_load(output.read_text())["applications"]]
-    assert "rayton-grpc" not in names and names[0] == "rayton-server"
-
-
-def test_build_metrics_settings_and_without_metrics(example_repository, tmp_path, capsys):
-    output = tmp_path / "serve_config.yaml"
-    flags = ["--metrics-port", "9102", "--allow-gpu-metrics", "false"]
-    flags += ["--metrics-config", "counter_latencies=false", "--metrics-interval-ms", "500"]
-    assert main(["build", str(example_repository), "-o", str(output), *flags]) == 0
-    apps = {a["name"]: a for a in yaml.safe_load(output.read_text())["applications"]}
-    assert apps["rayton-metrics"]["args"] == {
-        "metrics_host": "127.0.0.1",
-        "metrics_port": 9102,
-        "allow_gpu_metrics": False,
-        "metrics_interval_ms": 500,
-        "metrics_config": ["counter_latencies=false"],
-    }
-    assert (
-        main(["build", str(example_repository), "-o", str(output), "--allow-metrics", "false"]) == 0
-    )
-    names = [app["name"] for app in yaml.safe_load(output.read_text())["applications"]]
-    assert "rayton-metrics" not in names
-    capsys.readouterr()
-    bad = ["--metrics-config", "cache_latencies=true"]
-    assert main(["build", str(example_repository), "-o", str(output), *bad]) == 2
-    assert "unknown --metrics-config setting 'cache_latencies'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -139,6 +68,63 @@ def test_serve_refuses_grpc_through_haproxy_where_it_cannot_be(tmp_path, capsys,
     command = ["serve", "--model-repository", str(tmp_path), "--grpc-ingress", "haproxy"]
     assert main([*command, *options]) == 2
     assert capsys.readouterr().err == f"error: --grpc-ingress haproxy: {reason}\n"
+
+
+def test_rayton_serve_refuses_tracing_without_a_file_before_starting_ray(tmp_path, capsys):
+    code = main(
+        ["serve", "--model-repository", str(tmp_path), "--trace-config", "level=TIMESTAMPS"]
+    )
+    assert code == 2
+    assert "tracing needs a trace file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ["--load-model", "a"],
+            "Use of '--load-model' requires setting '--model-control-mode=explicit' as well.",
+        ),
+        (
+            ["--model-control-mode", "explicit", "--load-model", "*", "--load-model", "a"],
+            "Wildcard model name '*' must be the ONLY startup model if specified at all.",
+        ),
+        (["--log-verbose", "-1"], "--log-verbose: Input should be greater than or equal to 0"),
+        (["--trace-config", "bogus=1"], "--trace-config: unknown setting 'bogus=1'"),
+    ],
+)
+def test_serve_refuses_bad_settings_before_starting_ray(tmp_path, capsys, options, message):
+    assert main(["serve", "--model-repository", str(tmp_path), *options]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.parametrize(
+    ("fields", "routed"),
+    [
+        ({}, True),
+        ({"grpc_ingress": "frontend"}, False),
+        ({"address": "127.0.0.1:6379"}, False),  # auto falls back to the frontend
+        ({"endpoints": {"grpc_host": "127.0.0.2"}}, False),
+        ({"endpoints": {"grpc_port": 0}}, False),
+    ],
+)
+def test_grpc_goes_through_haproxy_where_it_can(fields, routed):
+    settings = ServeSettings(server={"model_repository": "r"}, **fields)
+    assert settings.grpc_routed is routed
+
+
+def test_serve_settings_are_the_server_args_of_a_serve_that_deploys_the_models():
+    settings = ServeSettings(
+        server={"model_repository": "r", "model_control_mode": "poll"},
+        trace_config=["triton,file=/tmp/trace.json", "level=TIMESTAMPS"],
+    )
+    assert settings.server == ServerAppArgs(
+        model_repository="r",
+        model_control_mode="poll",
+        deploy_models=True,
+        trace_file="/tmp/trace.json",
+        trace_level=["TIMESTAMPS"],
+    )
 
 
 @pytest.mark.cluster

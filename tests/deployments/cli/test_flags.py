@@ -1,0 +1,155 @@
+"""Flags generated from the settings models: names, choices, defaults, and the settings the
+parsed flags validate into."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Annotated, Literal
+
+import pytest
+from pydantic import BaseModel, Field, ValidationError
+
+from deployments.apps.server_args import ServerAppArgs
+from deployments.cli.build import BuildSettings
+from deployments.cli.flags import add_flags, settings_from_flags, validation_message
+from deployments.cli.serve import ServeSettings
+from deployments.command_flag import Flag
+
+ENDPOINT_FLAGS = {
+    "--http-host",
+    "--http-port",
+    "--grpc-port",
+    "--grpc-host",
+    "--http-max-input-size",
+    "--metrics-port",
+    "--metrics-address",
+    "--allow-metrics",
+    "--allow-gpu-metrics",
+    "--allow-cpu-metrics",
+    "--metrics-interval-ms",
+    "--metrics-config",
+    "--load-model",
+}
+SERVE_FLAGS = ENDPOINT_FLAGS | {
+    "--model-repository",
+    "--model-control-mode",
+    "--repository-poll-secs",
+    "--model-load-timeout-secs",
+    "--cpu-models",
+    "--model-file-override-dir",
+    "--strict-readiness",
+    "--log-file",
+    "--log-info",
+    "--log-warning",
+    "--log-error",
+    "--log-verbose",
+    "--log-format",
+    "--trace-config",
+    "--address",
+    "--proxy-location",
+    "--grpc-ingress",
+    "--dashboard-port",
+}
+
+
+def parser_of(model: type[BaseModel]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_flags(parser, model)
+    return parser
+
+
+def option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    return {name for action in parser._actions for name in action.option_strings} - {
+        "-h",
+        "--help",
+    }
+
+
+def serve_settings(*flags: str) -> ServeSettings:
+    args = parser_of(ServeSettings).parse_args(["--model-repository", "r", *flags])
+    return settings_from_flags(ServeSettings, args)
+
+
+def test_serve_and_build_keep_every_flag_name():
+    assert option_strings(parser_of(ServeSettings)) == SERVE_FLAGS
+    assert option_strings(parser_of(BuildSettings)) == ENDPOINT_FLAGS | {"-o", "--output"}
+
+
+def test_flags_left_out_take_the_settings_defaults():
+    settings = serve_settings()
+    assert settings.server == ServerAppArgs(model_repository="r", deploy_models=True)
+    assert settings.model_dump(exclude={"server"}) == ServeSettings(
+        server={"model_repository": "r"}
+    ).model_dump(exclude={"server"})
+
+
+def test_true_false_flags_are_booleans_and_choices_come_from_the_types():
+    settings = serve_settings(
+        "--strict-readiness", "false", "--log-info", "false", "--allow-gpu-metrics", "false"
+    )
+    assert settings.server.strict_readiness is False
+    assert settings.server.log_info is False and settings.server.log_warning is True
+    assert settings.endpoints.metrics.allow_gpu_metrics is False
+    choices = {action.dest: action.choices for action in parser_of(ServeSettings)._actions}
+    assert choices["log_error"] == ("true", "false")
+    assert choices["model_control_mode"] == ("none", "poll", "explicit")
+    assert choices["grpc_ingress"] == ("auto", "haproxy", "frontend")
+
+
+def test_flags_fill_the_fields_they_name_with_their_types():
+    settings = serve_settings(
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "a",
+        "--load-model",
+        "b",
+        "--log-verbose",
+        "2",
+        "--repository-poll-secs",
+        "2.5",
+        "--metrics-config",
+        "counter_latencies=false",
+        "--grpc-port",
+        "0",
+    )
+    assert settings.server.load_models == ["a", "b"]
+    assert settings.server.log_verbose_level == 2
+    assert settings.server.repository_poll_secs == 2.5
+    assert settings.endpoints.metrics.metrics_config == ["counter_latencies=false"]
+    assert settings.endpoints.grpc_port == 0
+
+
+def test_fields_not_marked_are_no_flags(capsys):
+    for flag in ("--deploy-models", "--models", "--trace-file"):
+        with pytest.raises(SystemExit):
+            parser_of(ServeSettings).parse_args(["--model-repository", "r", flag, "x"])
+        assert f"unrecognized arguments: {flag} x" in capsys.readouterr().err
+
+
+def test_a_refused_value_names_its_flag():
+    with pytest.raises(ValidationError) as refused:
+        serve_settings("--repository-poll-secs", "0")
+    message = validation_message(refused.value, ServeSettings)
+    assert message == "--repository-poll-secs: Input should be greater than 0"
+
+
+class Inner(BaseModel):
+    level: Annotated[Literal["low", "high"], Flag(short="-l")] = Field("low", description="how")
+
+
+class Outer(BaseModel):
+    path: Annotated[str, Flag(positional=True)]
+    count: Annotated[int, Flag("--how-many", metavar="N")] = 1
+    hidden: int = 0
+    inner: Inner = Field(default_factory=Inner)
+
+
+def test_a_nested_settings_model_adds_its_flags_and_gets_its_values():
+    parser = parser_of(Outer)
+    assert option_strings(parser) == {"--how-many", "-l", "--level"}
+    settings = settings_from_flags(Outer, parser.parse_args(["p", "--how-many", "3", "-l", "high"]))
+    assert settings == Outer(path="p", count=3, inner=Inner(level="high"))
+    assert settings_from_flags(Outer, parser.parse_args(["p"])) == Outer(path="p")
+    help_text = parser.format_help()
+    assert "--how-many N" in help_text and "how" in help_text
