@@ -30,6 +30,8 @@ import stat
 import sys
 import tempfile
 
+from cluster.serve_internals import haproxy_binary
+
 NO_REPLICA_ANSWERED = (
     "no replica of the model answered: it stopped, is restarting or timed out; retry shortly"
 )
@@ -98,9 +100,7 @@ def haproxy_wrapper(host: str, grpc_routing: tuple[str, str] | None = None) -> s
     shared host's application, when Serve's gRPC ingress is on (:mod:`cluster.grpc_routing`).
     """
     try:
-        from ray.serve._private.haproxy import get_haproxy_binary
-
-        binary = get_haproxy_binary()
+        binary = haproxy_binary()
     except Exception:  # no HAProxy here: Serve reports that itself
         return None
     directory = tempfile.mkdtemp(prefix="rayton-haproxy-")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from cluster.haproxy_wrapper import haproxy_wrapper
 from cluster.serve_binds import SERVE_GRPC_HOST_ENV, SETUP_HOOK
+from cluster.serve_internals import localhost_resolved_as, token_auth_enabled
 
 # Serve's fast ingress: HAProxy in front, requests straight to replicas, user code on the
 # replica's main loop. Set before Ray starts so the controller and proxies inherit them.
@@ -136,21 +137,5 @@ def loopback_kept(address: str) -> Iterator[str | None]:
     if host not in _LOOPBACK:
         yield None
         return
-    from ray._private import services
-
-    rewrite = services.resolve_ip_for_localhost
-    services.resolve_ip_for_localhost = lambda name: "127.0.0.1" if name in _LOOPBACK else name
-    try:
+    with localhost_resolved_as(lambda name: "127.0.0.1" if name in _LOOPBACK else name):
         yield "127.0.0.1"
-    finally:
-        services.resolve_ip_for_localhost = rewrite
-
-
-def token_auth_enabled() -> bool:
-    """Whether this cluster requires Ray's token (Ray 2.60's default for a new local cluster,
-    ``RAY_AUTH_MODE=disabled`` turns it off): the dashboard and ``ray`` clients need it."""
-    try:
-        from ray._private.authentication.authentication_utils import is_token_auth_enabled
-    except ImportError:  # a Ray without token authentication
-        return False
-    return is_token_auth_enabled()

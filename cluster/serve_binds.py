@@ -12,6 +12,10 @@ replicas included), with one that binds on the host in :data:`SERVE_GRPC_HOST_EN
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
+
+from cluster.serve_internals import wrap_serve_grpc_bind
 
 SERVE_GRPC_HOST_ENV = "RAYTON_SERVE_GRPC_HOST"
 SETUP_HOOK = "cluster.serve_binds.bind_serve_grpc_on_serving_host"
@@ -31,14 +35,11 @@ def bind_serve_grpc_on_serving_host() -> None:
     host = os.environ.get(SERVE_GRPC_HOST_ENV, "")
     if not host or host in ("0.0.0.0", "::"):
         return
-    from ray.serve._private import default_impl
 
-    original = default_impl.add_grpc_address
-    if getattr(original, "rayton_host", None) == host:
-        return
+    def on_serving_host(original: Callable[..., Any]) -> Callable[..., Any]:
+        def add_grpc_address(server: Any, address: str) -> Any:
+            return original(server, bound_address(address, host))
 
-    def add_grpc_address(server, address: str):
-        return original(server, bound_address(address, host))
+        return add_grpc_address
 
-    add_grpc_address.rayton_host = host  # type: ignore[attr-defined]
-    default_impl.add_grpc_address = add_grpc_address
+    wrap_serve_grpc_bind(on_serving_host)

@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf import descriptor, json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from repo_adapter.backends import backend_class
 from repo_adapter.errors import ModelConfigError, NoDeviceError
 
 ModelConfig = mc.ModelConfig
@@ -101,9 +102,6 @@ def _normalize_instance_groups(config: mc.ModelConfig, gpu_ids: list[int]) -> No
 def _default_cpu_instance_count(backend: str) -> int:
     """What the backend declares (core's SetDefaultInstanceCount); 1 for a backend unknown
     here, whose own check reports it."""
-    from repo_adapter.backends import backend_class  # backends build on this module
-    from repo_adapter.errors import ModelConfigError
-
     try:
         return backend_class(backend).default_cpu_instance_count
     except ModelConfigError:

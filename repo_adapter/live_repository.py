@@ -22,14 +22,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 from repo_adapter.config import config_from_json
 from repo_adapter.ensemble import member_names, validate_ensemble
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
+from repo_adapter.model_state import ModelState, VersionState, VersionStates
 from repo_adapter.repository import RepositoryModel, scan_model
 
 logger = logging.getLogger(__name__)
 
-READY = "READY"
-UNAVAILABLE = "UNAVAILABLE"
-LOADING = "LOADING"
-UNLOADING = "UNLOADING"
+READY, UNAVAILABLE = ModelState.READY, ModelState.UNAVAILABLE
+LOADING, UNLOADING = ModelState.LOADING, ModelState.UNLOADING
 UNLOADED_REASON = "unloaded"
 
 
@@ -68,44 +67,42 @@ class ModelRecord:
     name: str
     served: RepositoryModel | None = None
     generation: str = ""
-    pending: str = ""
+    pending: ModelState | None = None
     loading: RepositoryModel | None = None
     error: str = ""
     unloaded: list[int] = field(default_factory=list)
     override: str = ""  # the config JSON of the last load request, kept across polls
     attempted: str = ""  # fingerprint of the last load that failed (poll retries on change)
     files_dir: Path | None = None  # the files of a load with file: parameters
-    versions: dict[str, dict[str, str]] = field(default_factory=dict)  # from the replicas
-    failed_versions: dict[str, dict[str, str]] = field(default_factory=dict)  # last failure
+    versions: VersionStates = field(default_factory=dict)  # from the replicas
+    failed_versions: VersionStates = field(default_factory=dict)  # the last failure's
 
     def index_entries(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """This model's lines of Triton's repository index."""
         entries: list[dict[str, Any]] = []
 
-        def add(version: int | str | None, state: str, reason: str = "") -> None:
-            if ready_only and state != READY:
+        def add(version: int | str | None, state: ModelState, reason: str = "") -> None:
+            if ready_only and state is not READY:
                 return
             entry: dict[str, Any] = {"name": self.name}
             if version is not None and version != "":
                 entry["version"] = str(version)
-            entry["state"] = state
+            entry["state"] = state.value
             if reason:
                 entry["reason"] = reason
             entries.append(entry)
 
-        if self.pending == UNLOADING and self.served is not None:
+        if self.pending is UNLOADING and self.served is not None:
             for version in self.served.versions:
                 add(version, UNLOADING)
             return entries
         shown: set[str] = set()
         if self.served is not None:
-            states = self.versions or {
-                str(v): {"state": READY, "reason": ""} for v in self.served.versions
-            }
+            states = self.versions or {str(v): VersionState(READY) for v in self.served.versions}
             for version, state in sorted(states.items(), key=lambda item: _version_key(item[0])):
-                add(version, state["state"], state.get("reason", ""))
+                add(version, state.state, state.reason)
                 shown.add(version)
-        if self.pending == LOADING and self.loading is not None:
+        if self.pending is LOADING and self.loading is not None:
             for version in self.loading.versions or [None]:
                 if str(version) not in shown:
                     add(version, LOADING)
@@ -113,7 +110,7 @@ class ModelRecord:
         elif self.error and self.served is None:
             if self.failed_versions:
                 for version, state in self.failed_versions.items():
-                    add(version, UNAVAILABLE, state.get("reason", "") or self.error)
+                    add(version, UNAVAILABLE, state.reason or self.error)
                     shown.add(version)
             else:
                 versions = self.loading.versions if self.loading is not None else []
@@ -332,26 +329,28 @@ class LiveRepository:
         record.attempted = self.fingerprint(model.name)
         return record.attempted
 
-    def load_succeeded(self, name: str, generation: str, versions: Mapping[str, dict]) -> None:
+    def load_succeeded(
+        self, name: str, generation: str, versions: Mapping[str, VersionState]
+    ) -> None:
         record = self.records[name]
         if record.served is not None and record.loading is not None:  # versions it dropped
             dropped = set(record.served.versions) - set(record.loading.versions)
             record.unloaded = sorted({*record.unloaded, *dropped})
         record.served, record.generation = record.loading, generation
-        record.pending, record.loading, record.error = "", None, ""
+        record.pending, record.loading, record.error = None, None, ""
         record.versions, record.failed_versions = dict(versions), {}
         served = set(record.served.versions) if record.served else set()
         record.unloaded = [v for v in record.unloaded if v not in served]
 
     def load_failed(
-        self, name: str, reason: str, failed_versions: Mapping[str, dict] | None = None
+        self, name: str, reason: str, failed_versions: Mapping[str, VersionState] | None = None
     ) -> None:
         """The load did not take: a served model keeps serving; the reason is kept.
 
         ``failed_versions`` are the versions' own states when they failed one by one.
         """
         record = self.records[name]
-        record.pending, record.error = "", reason
+        record.pending, record.error = None, reason
         record.failed_versions = dict(failed_versions or {})
         if record.served is None:
             return  # the index shows the versions that failed with the reason
@@ -364,7 +363,7 @@ class LiveRepository:
         record = self.records[name]
         if record.served is not None:
             record.unloaded = sorted({*record.unloaded, *record.served.versions})
-        record.served, record.generation, record.pending = None, "", ""
+        record.served, record.generation, record.pending = None, "", None
         record.loading, record.error, record.versions = None, "", {}
 
     def forget_removed(self) -> list[str]:
@@ -395,7 +394,7 @@ class LiveRepository:
         record = self.records.get(name)
         if record is None or record.served is not None:
             return None
-        if record.pending == LOADING:
+        if record.pending is LOADING:
             return "the model is loading"
         if record.error:
             return record.error
@@ -444,15 +443,17 @@ def model_not_in_repository(name: str) -> InferenceServerError:
     return not_polled(name)
 
 
-def load_failed_error(name: str, versions: Mapping[str, dict], reason: str) -> InferenceServerError:
+def load_failed_error(
+    name: str, versions: Mapping[str, VersionState], reason: str
+) -> InferenceServerError:
     """Triton's answer to a ``load`` whose model failed: each failed version's reason."""
     failed = sorted(
-        ((v, s.get("reason", "")) for v, s in versions.items() if s.get("state") != READY),
+        ((v, s.reason) for v, s in versions.items() if not s.ready),
         key=lambda item: _version_key(item[0]),
         reverse=True,
     )
     if failed:
-        detail = "".join(f"version {v} is at UNAVAILABLE state: {r};\n" for v, r in failed)
+        detail = "".join(f"version {v} is at {UNAVAILABLE} state: {r};\n" for v, r in failed)
     else:
         detail = reason if reason.endswith("\n") else f"{reason}\n"
     return InferenceServerError(f"load failed for model '{name}': {detail}", StatusCode.INVALID_ARG)

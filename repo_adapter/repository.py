@@ -24,11 +24,9 @@ from repo_adapter.config import (
     validate_config,
 )
 from repo_adapter.errors import InferenceServerError, ModelConfigError, NoDeviceError
+from repo_adapter.version_dirs import available_versions
 
 logger = logging.getLogger(__name__)
-
-READY = "READY"
-UNAVAILABLE = "UNAVAILABLE"
 
 
 @dataclass
@@ -129,19 +127,6 @@ def scan_model(
         model.needs_device = isinstance(err, NoDeviceError)
         logger.error("model '%s' is unavailable: %s", model.name, err.message)
     return model
-
-
-def available_versions(model_dir: Path) -> list[int]:
-    """Numeric version directories; names that are not numbers or start with '0' are ignored."""
-    versions = []
-    for entry in model_dir.iterdir():
-        if not entry.is_dir():
-            continue
-        if not entry.name.isdigit() or entry.name.startswith("0"):
-            logger.warning("ignoring '%s': not a valid version directory", entry)
-            continue
-        versions.append(int(entry.name))
-    return sorted(versions)
 
 
 def select_versions(config: mc.ModelConfig, on_disk: Sequence[int]) -> list[int]:

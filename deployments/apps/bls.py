@@ -43,15 +43,15 @@ class ServeBls:
         local = self._local_model(request.model_name)
         if local is not None:
             return await local.infer(request)
-        return await self._handles.call(request.model_name, "infer", request)
+        return await self._handles.infer(request.model_name, request)
 
     async def is_model_ready(self, model_name: str, model_version: str) -> bool:
         local = self._local_model(model_name)
         if local is not None:
             return bool(local.is_ready(model_version))
         try:
-            ready = await self._handles.call(
-                model_name, "is_ready", model_version, timeout_s=_READY_TIMEOUT_S
+            ready = await self._handles.is_ready(
+                model_name, model_version, timeout_s=_READY_TIMEOUT_S
             )
         except InferenceServerError as err:
             if err.code is StatusCode.NOT_FOUND:  # no such model: not ready, as in Triton

@@ -47,7 +47,7 @@ class TritonEnsemble(ServedModelDeployment):
         self._members = ModelHandles()
         super().__init__(name, max_input_size)
 
-    def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
+    def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
         spec = EnsembleSpec.from_user_config(user_config)
         config = mc.ModelConfig()
         config.ParseFromString(spec.config_bytes)
@@ -55,7 +55,7 @@ class TritonEnsemble(ServedModelDeployment):
         def load() -> ServedModel:
             return EnsembleModel(config, spec.versions, spec.labels, self._call_member)
 
-        return spec.generation or f"{hash(spec.config_bytes):x}", load
+        return load
 
     async def _call_member(self, request: InferRequest) -> InferResponse:
-        return await self._members.call(request.model_name, "infer", request)
+        return await self._members.infer(request.model_name, request)

@@ -13,15 +13,12 @@ TCP/HTTP2 load balancer, as for Serve's HTTP proxies.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any
 
 from ray import serve
 
-from deployments.apps.handles import ModelHandles
-from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
-from deployments.apps.repository_access import ControllerRepository
+from deployments.apps.replica_control import ControlledReplica, ReplicaControl
+from deployments.apps.repository_access import cluster_server_core
 from deployments.grpc.server import GrpcSpec, start_grpc_server
 
 logger = logging.getLogger(__name__)
@@ -32,22 +29,17 @@ GRPC_DEPLOYMENT_NAME = "grpc"
 
 
 @serve.deployment
-class TritonGrpcServer:
+class TritonGrpcServer(ControlledReplica):
     """Hosts the gRPC server; receives no Serve requests itself."""
 
     async def __init__(self, spec: GrpcSpec) -> None:
         # Serve awaits an async constructor on the replica's user-code event loop, which runs
         # for the replica's lifetime: the server's handlers run there too.
         self.spec = spec
-        self.server, self.servicer = await start_grpc_server(
-            spec, ModelHandles(), ControllerRepository()
-        )
+        self.server, self.servicer = await start_grpc_server(spec, cluster_server_core())
         logger.info("Triton gRPC endpoint listening on %s", spec.address)
-        asyncio.get_running_loop().create_task(adopt_log_settings())
-
-    def apply_log_settings(self, settings: dict[str, Any]) -> None:
-        """Triton's log settings, from the controller."""
-        apply_in_this_replica(settings)
+        self.control = ReplicaControl(held_models=list, traces=False)
+        self.control.adopt_controller_settings()
 
     def address(self) -> str:
         return self.spec.address

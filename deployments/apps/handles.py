@@ -1,23 +1,29 @@
-"""Calls to the model deployments through Serve deployment handles.
+"""Calls between deployments through Serve deployment handles: the one place a typed call
+becomes a Serve handle call.
 
-Deployment name = application name = model name (see :mod:`deployments.apps.builders`);
-a model without an application of its own is one the shared host serves.
-One cache of handle methods per caller: looking a handle up costs more than the call on the
-hot path (gRPC inference, ensemble steps).
+:class:`ModelHandles` reaches a model's replicas with the methods of
+:class:`~deployments.apps.replica_api.ModelReplicaApi`, wherever the model lives: the
+deployment named after it (deployment name = application name = model name, see
+:mod:`deployments.apps.builders`), or the shared host when it has no application of its own.
+:func:`broadcast` asks every replica of some deployments one method of the replica surfaces.
+Handle methods are looked up once per caller: a lookup costs more than the call on the hot
+path (gRPC inference, ensemble steps).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from functools import cached_property
+from typing import Any, TypeVar
 
 from ray import serve
 from ray.exceptions import RayActorError
-from ray.serve.handle import DeploymentHandle
+from ray.serve.handle import DeploymentHandle, DeploymentResponse
 
 from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.request_validation import model_not_found
 
 logger = logging.getLogger(__name__)
@@ -27,58 +33,107 @@ logger = logging.getLogger(__name__)
 HOST_APP_NAME = "rayton-models"
 HOST_DEPLOYMENT_NAME = "models"
 
+T = TypeVar("T")
 
-class _HostedMethod:
-    """A hosted model's method: ``remote(*args)`` is the host's ``model_call``."""
 
-    def __init__(self, model_call: Any, model: str, method: str) -> None:
-        self._model_call, self._model, self._method = model_call, model, method
+class _ReplicaMethods:
+    """The :class:`ModelReplicaApi` methods of one deployment's handle, each looked up once."""
 
-    def remote(self, *args: Any) -> Any:
-        return self._model_call.remote(self._model, self._method, *args)
+    def __init__(self, handle: DeploymentHandle) -> None:
+        self.handle = handle
+
+    @cached_property
+    def infer(self) -> DeploymentHandle:
+        return self.handle.infer
+
+    @cached_property
+    def infer_wire(self) -> DeploymentHandle:
+        return self.handle.infer_wire
+
+    @cached_property
+    def metadata(self) -> DeploymentHandle:
+        return self.handle.metadata
+
+    @cached_property
+    def model_config(self) -> DeploymentHandle:
+        return self.handle.model_config
+
+    @cached_property
+    def is_ready(self) -> DeploymentHandle:
+        return self.handle.is_ready
+
+    @cached_property
+    def statistics(self) -> DeploymentHandle:
+        return self.handle.statistics
 
 
 class ModelHandles:
     """The :class:`~deployments.core.server_core.ModelCalls` of a Serve cluster."""
 
     def __init__(self) -> None:
-        self._methods: dict[tuple[str, str], Any] = {}
-        self._host: Any = None  # the shared host's model_call method, once looked up
+        self._models: dict[str, _ReplicaMethods] = {}
+        self._host: _ReplicaMethods | None = None  # the shared host, once looked up
 
-    def method(self, model: str, method: str) -> Any:
-        """``method`` of ``model``'s deployment handle (cached).
+    def replicas(self, model: str) -> _ReplicaMethods:
+        """The handle methods of the deployment serving ``model`` (cached).
 
-        Raises Triton's NOT_FOUND error when Serve has no deployment for ``model``.
+        Raises Triton's NOT_FOUND error when Serve serves no ``model``.
         """
-        key = (model, method)
-        found = self._methods.get(key)
+        found = self._models.get(model)
         if found is None:
             try:
-                handle: DeploymentHandle = serve.get_deployment_handle(model, app_name=model)
-                found = getattr(handle, method)
+                found = _ReplicaMethods(serve.get_deployment_handle(model, app_name=model))
             except KeyError:  # no application of its own: the shared host, if it runs
-                found = _HostedMethod(self._host_call(model), model, method)
-            self._methods[key] = found
+                found = self._shared_host(model)
+            self._models[model] = found
         return found
 
-    def _host_call(self, model: str) -> Any:
+    def _shared_host(self, model: str) -> _ReplicaMethods:
         if self._host is None:
             try:
-                self._host = serve.get_deployment_handle(
-                    HOST_DEPLOYMENT_NAME, app_name=HOST_APP_NAME
-                ).model_call
+                handle = serve.get_deployment_handle(HOST_DEPLOYMENT_NAME, app_name=HOST_APP_NAME)
             except KeyError:  # Serve's answer for an application it does not have
                 raise model_not_found(model) from None
+            self._host = _ReplicaMethods(handle)
         return self._host
 
     def forget(self, model: str) -> None:
-        """Drop the cached methods of ``model`` (unloaded: its deployment is gone)."""
-        for key in [k for k in self._methods if k[0] == model]:
-            del self._methods[key]
+        """Drop what is cached about ``model`` (unloaded: its deployment is gone)."""
+        self._models.pop(model, None)
 
-    async def call(self, model: str, method: str, *args: Any, timeout_s: float | None = None):
-        """Call ``method`` on one replica of ``model``'s deployment and return its result."""
-        response = self.method(model, method).remote(*args)
+    async def infer(self, model: str, request: InferRequest) -> InferResponse:
+        return await self._answer(model, self.replicas(model).infer.remote(model, request))
+
+    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
+        response = self.replicas(model).infer_wire.remote(model, message, stream)
+        return await self._answer(model, response)
+
+    async def metadata(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        response = self.replicas(model).metadata.remote(model, version)
+        return await self._answer(model, response, timeout_s)
+
+    async def model_config(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        response = self.replicas(model).model_config.remote(model, version)
+        return await self._answer(model, response, timeout_s)
+
+    async def is_ready(self, model: str, version: str = "", timeout_s: float | None = None) -> bool:
+        response = self.replicas(model).is_ready.remote(model, version)
+        return bool(await self._answer(model, response, timeout_s))
+
+    async def statistics(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        response = self.replicas(model).statistics.remote(model, version)
+        return await self._answer(model, response, timeout_s)
+
+    async def _answer(
+        self, model: str, response: DeploymentResponse, timeout_s: float | None = None
+    ) -> Any:
+        """The replica's answer; Triton's UNAVAILABLE when its process went before answering."""
         try:
             if timeout_s is None:
                 return await response
@@ -95,26 +150,42 @@ _BROADCAST_TIMEOUT_S = 10.0
 _broadcast_handles: dict[tuple[str, str], DeploymentHandle] = {}
 
 
+async def _every_replica(
+    deployment: str, app: str, method: Callable[..., Any], args: tuple, timeout_s: float
+) -> list[Any]:
+    handle = _broadcast_handles.get((deployment, app))
+    if handle is None:
+        handle = serve.get_deployment_handle(deployment, app_name=app)
+        _broadcast_handles[deployment, app] = handle
+    return await handle.broadcast(method.__name__, *args).results_async(timeout_s=timeout_s)
+
+
 async def broadcast(
     targets: Iterable[tuple[str, str]],
-    method: str,
+    method: Callable[..., T | Awaitable[T]],
     *args: Any,
     timeout_s: float = _BROADCAST_TIMEOUT_S,
-) -> list[Any]:
+) -> list[T]:
     """``method(*args)`` on every replica of each ``(deployment, application)``, concurrently:
-    the replicas' results in one list. A target that does not answer this time (not deployed,
-    replicas starting or stopping) is left out."""
+    the replicas' results in one list. ``method`` is a method of the replica surfaces
+    (:mod:`deployments.apps.replica_api`). A target that does not answer this time (not
+    deployed, replicas starting or stopping) is left out."""
 
     async def one(deployment: str, app: str) -> list[Any]:
         try:
-            handle = _broadcast_handles.get((deployment, app))
-            if handle is None:
-                handle = serve.get_deployment_handle(deployment, app_name=app)
-                _broadcast_handles[deployment, app] = handle
-            return await handle.broadcast(method, *args).results_async(timeout_s=timeout_s)
+            return await _every_replica(deployment, app, method, args, timeout_s)
         except Exception as err:
-            logger.debug("%s not answered by %s/%s: %r", method, app, deployment, err)
+            logger.debug("%s not answered by %s/%s: %r", method.__name__, app, deployment, err)
             return []
 
     found = await asyncio.gather(*(one(d, a) for d, a in targets))
     return [result for results in found for result in results]
+
+
+async def ask_own_replicas(
+    method: Callable[..., T | Awaitable[T]], *args: Any, timeout_s: float = _BROADCAST_TIMEOUT_S
+) -> list[T]:
+    """``method(*args)`` on every replica of this replica's own deployment; a replica's error
+    (Triton's, for a version it does not serve) is raised."""
+    context = serve.get_replica_context()
+    return await _every_replica(context.deployment, context.app_name, method, args, timeout_s)

@@ -4,8 +4,9 @@ Route ``/v2/models``: the proxy sends it every model path no dedicated model app
 (``/v2/models/<name>``, the longer prefix) claims, so a hosted model's requests reach the
 replica that runs it in one hop, as a dedicated model's do. Paths of models it does not host
 (``/v2/models/stats``, unknown or unavailable models) get the server's answers
-(:class:`ServerHttpEndpoints`). Other deployments reach a hosted model through
-``model_call`` (:class:`deployments.apps.handles.ModelHandles` routes there).
+(:class:`ServerHttpEndpoints`). Other deployments reach a hosted model through the same
+:class:`~deployments.apps.replica_api.ModelReplicaApi` as a dedicated one
+(:class:`deployments.apps.handles.ModelHandles` routes there).
 
 The hosted set arrives as ``user_config`` from the repository controller, so adding, reloading
 or removing a model reconfigures the running replicas in place (:class:`ModelHost`). Each
@@ -14,8 +15,7 @@ hosted model runs its instance group's ``count`` instances in every host replica
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +28,23 @@ from tritonclient.grpc import service_pb2 as pb
 from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
 from deployments.apps.ensemble_deployment import EnsembleSpec
-from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, ModelHandles
-from deployments.apps.log_control import apply_in_this_replica
-from deployments.apps.model_deployment import (
-    ModelSpec,
-    adopt_controller_settings,
-    statistics_over_replicas,
+from deployments.apps.handles import (
+    HOST_APP_NAME,
+    HOST_DEPLOYMENT_NAME,
+    ModelHandles,
+    ask_own_replicas,
 )
-from deployments.apps.replica_info import replica_info
-from deployments.apps.repository_access import ControllerRepository
-from deployments.apps.trace_control import apply_in_this_replica as apply_trace_table
+from deployments.apps.model_deployment import ModelSpec, spec_generation
+from deployments.apps.replica_api import ModelReplicaApi
+from deployments.apps.replica_control import ControlledReplica, ReplicaControl
+from deployments.apps.repository_access import cluster_server_core
 from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.model_host import ModelHost
+from deployments.core.model_slot import SlotStatus
 from deployments.core.served_model import ServedModel
-from deployments.core.server_core import ServerCore
 from deployments.core.single_model import SingleModel
-from deployments.core.tracing import TRACER
+from deployments.core.statistics import merge_entries
 from deployments.grpc.model_infer import (
     SerializedMessage,
     answer_grpc,
@@ -58,14 +58,10 @@ from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
 from repo_adapter.backends import InstanceSpec
-from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
-from repo_adapter.python_backend import collect_metrics
 
 HOST_ROUTE_PREFIX = "/v2/models"
 __all__ = ["HOST_APP_NAME", "HOST_DEPLOYMENT_NAME", "TritonModelHost", "hosted_entry"]
-# What other deployments may call on a hosted model (``model_call``).
-_SLOT_METHODS = ("metadata", "model_config", "is_ready", "state", "local_statistics")
 
 
 def hosted_entry(spec: ModelSpec | EnsembleSpec) -> dict[str, Any]:
@@ -80,17 +76,18 @@ def instance_count(config: mc.ModelConfig) -> int:
 
 
 @serve.deployment
-class TritonModelHost:
-    """Serves the hosted models over HTTP and to other deployments (``model_call``)."""
+class TritonModelHost(ControlledReplica):
+    """Serves the hosted models over HTTP, gRPC and to other deployments."""
 
     def __init__(self, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         self._max_input_size = max_input_size
         self.host = ModelHost()
+        self.control = ReplicaControl(lambda: sorted(self.host.slots), self.host.metrics)
         # Hosted python models make BLS calls like dedicated ones; to a co-hosted model, here.
         install_bls(local_model=self._ready_slot)
         self._members = ModelHandles()
         self._endpoints: dict[str, ModelHttpEndpoints] = {}
-        core = ServerCore(ModelHandles(), ControllerRepository())
+        core = cluster_server_core()
         self._server = ServerHttpEndpoints(core)
         self._grpc = TritonGrpcServicer(core)
         self._started = False
@@ -98,8 +95,7 @@ class TritonModelHost:
     # ------------------------------------------------------------------ the hosted set
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
-        if not self._started:  # first call: the replica is starting
-            self._adopting = asyncio.get_running_loop().create_task(adopt_controller_settings())
+        self.control.adopt_controller_settings()  # once: the first call starts the replica
         wanted = {name: self._builder(name, entry) for name, entry in user_config["models"].items()}
         # Endpoints first: a model's routes exist (answering "not ready") while it loads.
         await self.host.apply(wanted, wait=not self._started)
@@ -123,7 +119,7 @@ class TritonModelHost:
             def load_ensemble() -> ServedModel:
                 return EnsembleModel(config, ensemble.versions, ensemble.labels, self._call_member)
 
-            return ensemble.generation, load_ensemble
+            return spec_generation(entry["spec"]), load_ensemble
         spec = ModelSpec.from_user_config(entry["spec"])
 
         def load_model() -> ServedModel:
@@ -141,7 +137,7 @@ class TritonModelHost:
                 admission=serve_batch_admission,
             )
 
-        return spec.generation, load_model
+        return spec_generation(entry["spec"]), load_model
 
     def _ready_slot(self, model: str) -> Any | None:
         """``model``'s slot where this replica hosts it and it is ready, else None."""
@@ -152,7 +148,7 @@ class TritonModelHost:
         slot = self._ready_slot(request.model_name)
         if slot is not None:
             return await slot.infer(request)  # a member in this process: no hop
-        return await self._members.call(request.model_name, "infer", request)
+        return await self._members.infer(request.model_name, request)
 
     # ------------------------------------------------------------------ HTTP
 
@@ -193,52 +189,45 @@ class TritonModelHost:
         async for reply in stream_routed(request_stream, local, lambda: self._grpc.forward_infer):
             yield reply
 
-    # ------------------------------------------------------------------ handle methods
+    # ------------------------------------------------------------------ ModelReplicaApi
 
-    async def model_call(self, model: str, method: str, *args: Any) -> Any:
-        """``method`` of hosted ``model`` (what a dedicated deployment's handle offers)."""
-        slot = self.host.slot(model)
-        if method == "infer":
-            return await slot.infer(*args)
-        if method == "infer_grpc":
-            return await infer_serialized(slot.infer, *args)
-        if method == "statistics":
-            return await self._statistics_of(model)(*args)
-        if method == "slot_status":
-            return slot.status().to_dict()
-        if method not in _SLOT_METHODS:
-            raise InferenceServerError(f"unknown model method '{method}'", StatusCode.INTERNAL)
-        if method == "local_statistics":
-            return slot.statistics(*args)
-        return getattr(slot, method)(*args)
+    async def infer(self, model: str, request: InferRequest) -> InferResponse:
+        return await self.host.slot(model).infer(request)
 
-    def apply_log_settings(self, settings: dict[str, Any]) -> None:
-        """Triton's log settings, from the controller."""
-        apply_in_this_replica(settings)
+    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
+        return await infer_serialized(self.host.slot(model).infer, message, stream)
 
-    def apply_trace_settings(self, table: dict[str, Any]) -> None:
-        """Triton's trace settings, from the controller."""
-        apply_trace_table(table)
+    def metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        return self.host.slot(model).metadata(version)
 
-    def replica_info(self) -> dict[str, Any]:
-        """Where this replica runs and the models it holds (for ``rayton status``)."""
-        return replica_info(sorted(self.host.slots))
+    def model_config(self, model: str, version: str = "") -> dict[str, Any]:
+        return self.host.slot(model).model_config(version)
 
-    def metrics_snapshot(self) -> dict[str, Any]:
-        """Every hosted model's metric counters and the python models' own metrics."""
-        return {"versions": self.host.metrics(), "custom": collect_metrics()}
+    def is_ready(self, model: str, version: str = "") -> bool:
+        return self.host.slot(model).is_ready(version)
 
-    def hosted_statuses(self) -> dict[str, dict]:
+    async def statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+        """The model's statistics summed over every host replica."""
+        self.host.slot(model)
+        per_replica = await ask_own_replicas(ModelReplicaApi.local_statistics, model, version)
+        return merge_entries([entry for entries in per_replica for entry in entries])
+
+    def local_statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+        return self.host.slot(model).statistics(version)
+
+    def slot_status(self, model: str) -> SlotStatus:
+        return self.host.slot(model).status()
+
+    def hosted_statuses(self) -> dict[str, SlotStatus]:
         """Every hosted model's slot status in this replica (for the controller)."""
         return self.host.statuses()
 
-    def _statistics_of(self, model: str) -> Callable[..., Any]:
+    def _statistics_of(self, model: str) -> Callable[[str], Awaitable[list[dict[str, Any]]]]:
         async def statistics(version: str = "") -> list[dict[str, Any]]:
-            """The model's statistics summed over every host replica."""
-            return await statistics_over_replicas("model_call", model, "local_statistics", version)
+            return await self.statistics(model, version)
 
         return statistics
 
     async def __del__(self) -> None:
-        await TRACER.flush()
+        await self.control.close()
         await self.host.close()

@@ -25,9 +25,10 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from deployments.apps.handles import broadcast
-from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
+from deployments.apps.replica_api import ReplicaControlApi
+from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import ControllerRepository
-from deployments.metrics.collector import MetricsCollector
+from deployments.metrics.collector import MetricsCollector, MetricsSnapshot
 from deployments.metrics.exposition import CONTENT_TYPE
 from deployments.metrics.options import MetricsAppArgs
 from deployments.metrics.ray_export import RayMetricsMirror
@@ -61,7 +62,7 @@ class _QuietServer:
 
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
-class TritonMetrics:
+class TritonMetrics(ControlledReplica):
     """Hosts ``/metrics``; receives no Serve requests itself."""
 
     async def __init__(self, args: MetricsAppArgs | dict[str, Any]) -> None:
@@ -86,11 +87,8 @@ class TritonMetrics:
         self._server = _QuietServer(app, sock)
         self._sampler = asyncio.get_running_loop().create_task(self._sample_every_interval())
         logger.info("Triton metrics on http://%s:%d/metrics", self.args.metrics_host, self.port)
-        asyncio.get_running_loop().create_task(adopt_log_settings())
-
-    def apply_log_settings(self, settings: dict[str, Any]) -> None:
-        """Triton's log settings, from the controller."""
-        apply_in_this_replica(settings)
+        self.control = ReplicaControl(held_models=list, traces=False)
+        self.control.adopt_controller_settings()
 
     async def _metrics(self, request: Request) -> Response:
         try:
@@ -111,12 +109,14 @@ class TritonMetrics:
             except Exception:
                 logger.exception("sampling or exporting metrics failed")
 
-    async def _replica_snapshots(self) -> list[dict[str, Any]]:
+    async def _replica_snapshots(self) -> list[MetricsSnapshot]:
         # Bounded: a controller that does not answer must not hang scrapes or the Ray export.
         targets = await asyncio.wait_for(
             self._controller.handle.model_deployments.remote(), _SNAPSHOT_TIMEOUT_S
         )
-        return await broadcast(targets, "metrics_snapshot", timeout_s=_SNAPSHOT_TIMEOUT_S)
+        return await broadcast(
+            targets, ReplicaControlApi.metrics_snapshot, timeout_s=_SNAPSHOT_TIMEOUT_S
+        )
 
     def metrics_port(self) -> int:
         return self.port

@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray import serve
-from ray.serve.api import RunTarget
-from ray.serve.handle import DeploymentHandle
+from ray.serve import Application
 
-from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME
+from cluster.serve_internals import delete_without_waiting, run_many_without_waiting
+from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, broadcast
+from deployments.apps.replica_api import ModelReplicaApi, SharedHostApi
+from deployments.core.model_slot import SlotStatus
+from repo_adapter.model_state import ModelState, VersionStates
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +49,21 @@ class _SharedSnapshot:
             return self._value
 
 
+@dataclass(frozen=True)
+class DeployTarget:
+    """One application to deploy (or update): its name, the application, its route prefix."""
+
+    name: str
+    application: Application
+    route_prefix: str
+
+
 @dataclass
 class LoadOutcome:
     """How a deploy ended: the replicas' version states, or why it failed."""
 
     ok: bool
-    versions: dict[str, dict[str, str]]
+    versions: VersionStates
     reason: str = ""
 
 
@@ -62,18 +74,17 @@ class ServeModelApps:
         self._serve_status = _SharedSnapshot(lambda: asyncio.to_thread(serve.status))
         self._hosted = _SharedSnapshot(self._fetch_hosted_statuses)
 
-    async def deploy(self, targets: list[tuple[str, Any, str]]) -> None:
-        """Deploy (or update) ``(name, application, route prefix)`` without waiting."""
+    async def deploy(self, targets: list[DeployTarget]) -> None:
+        """Deploy (or update) ``targets`` together, without waiting for them to run."""
         if not targets:
             return
-        runs = [
-            RunTarget(app, name=name, route_prefix=route, logging_config=ACCESS_LOG_OFF)
-            for name, app, route in targets
-        ]
-        await asyncio.to_thread(serve._run_many, runs, wait_for_applications_running=False)
+        applications = [(t.name, t.application, t.route_prefix) for t in targets]
+        await asyncio.to_thread(
+            run_many_without_waiting, applications, logging_config=ACCESS_LOG_OFF
+        )
 
     async def delete(self, name: str) -> None:
-        await asyncio.to_thread(serve.delete, name, _blocking=False)
+        await asyncio.to_thread(delete_without_waiting, name)
 
     async def app_status(self, name: str) -> tuple[str, str]:
         """``(status, message)`` of application ``name``; ``("", "")`` when Serve has none."""
@@ -87,49 +98,26 @@ class ServeModelApps:
                 messages.append(deployment.message)
         return str(getattr(app.status, "value", app.status)), " ".join(messages)
 
-    async def slot_statuses(self, name: str, deployment: str = "") -> list[dict[str, Any]]:
-        """Every replica's :meth:`ServedModelDeployment.slot_status` of application ``name``'s
-        ``deployment`` (default: the one named after it); empty if unreachable."""
-        try:
-            handle: DeploymentHandle = serve.get_deployment_handle(
-                deployment or name, app_name=name
-            )
-            return await handle.broadcast("slot_status").results_async(timeout_s=_STATUS_TIMEOUT_S)
-        except Exception as err:  # replicas starting or stopping
-            logger.debug("no slot status from '%s': %s", name, err)
-            return []
+    async def slot_statuses(self, name: str, deployment: str = "") -> list[SlotStatus]:
+        """Every replica's slot status of model ``name`` in application ``name``'s
+        ``deployment`` (default: the one named after it); empty if unreachable (replicas
+        starting or stopping)."""
+        target = (deployment or name, name)
+        return await broadcast([target], ModelReplicaApi.slot_status, name)
 
-    async def hosted_statuses(self, model: str) -> list[dict[str, Any] | None]:
+    async def hosted_statuses(self, model: str) -> list[SlotStatus | None]:
         """``model``'s slot status in every replica of the shared host (None: not there)."""
         return [statuses.get(model) for statuses in await self._hosted.get()]
 
-    async def _fetch_hosted_statuses(self) -> list[dict[str, dict[str, Any]]]:
-        try:
-            handle: DeploymentHandle = serve.get_deployment_handle(
-                HOST_DEPLOYMENT_NAME, app_name=HOST_APP_NAME
-            )
-            return await handle.broadcast("hosted_statuses").results_async(
-                timeout_s=_STATUS_TIMEOUT_S
-            )
-        except Exception as err:  # replicas starting or stopping
-            logger.debug("no hosted statuses: %s", err)
-            return []
+    async def _fetch_hosted_statuses(self) -> list[dict[str, SlotStatus]]:
+        target = (HOST_DEPLOYMENT_NAME, HOST_APP_NAME)
+        return await broadcast([target], SharedHostApi.hosted_statuses)
 
     async def wait_loaded(
-        self,
-        name: str,
-        generation: str | None,
-        timeout_s: float,
-        hosted: bool = False,
-        groups: list[str] | None = None,
+        self, app: str, read_outcome: Callable[[], Awaitable[LoadOutcome | None]], timeout_s: float
     ) -> LoadOutcome:
-        """Wait until every replica serves ``generation`` of ``name`` (None: any) or fails.
-
-        ``hosted``: ``name`` is a model of the shared host, whose replicas are checked.
-        ``groups``: the deployments of a routed model's replica groups: their replicas load
-        the model, and the router (named after it) must have seen them ready.
-        """
-        app = HOST_APP_NAME if hosted else name
+        """Wait until application ``app`` runs and ``read_outcome()`` (what its replicas
+        report) has an outcome, or the application failed, or ``timeout_s`` passed."""
         deadline = time.monotonic() + timeout_s
         message = ""
         while time.monotonic() < deadline:
@@ -137,33 +125,13 @@ class ServeModelApps:
             if status in _FAILED:
                 return LoadOutcome(False, {}, message or f"application {status}")
             if status == "RUNNING":
-                if groups:
-                    outcome = await self._routed_outcome(name, groups, generation)
-                else:
-                    replicas = await (
-                        self.hosted_statuses(name) if hosted else self.slot_statuses(name)
-                    )
-                    outcome = _settled(replicas, generation)
+                outcome = await read_outcome()
                 if outcome is not None:
                     return outcome
             await asyncio.sleep(_POLL_S)
         return LoadOutcome(
             False, {}, f"not ready after {timeout_s:g} s" + (f": {message}" if message else "")
         )
-
-    async def _routed_outcome(
-        self, name: str, groups: list[str], generation: str | None
-    ) -> LoadOutcome | None:
-        per_group = await asyncio.gather(*(self.slot_statuses(name, g) for g in groups))
-        if not all(per_group):
-            return None
-        outcome = _settled([r for replicas in per_group for r in replicas], generation)
-        if outcome is None or not outcome.ok:
-            return outcome
-        routers = await self.slot_statuses(name)
-        if not routers or any(_states(r["versions"]) != _states(outcome.versions) for r in routers):
-            return None  # the router has not seen its groups ready yet
-        return outcome
 
     async def wait_unhosted(self, name: str, timeout_s: float) -> bool:
         """Wait until no replica of the shared host has ``name`` any more."""
@@ -184,23 +152,28 @@ class ServeModelApps:
         return False
 
 
-def _states(versions: dict[str, dict[str, str]]) -> dict[str, str]:
-    return {v: s["state"] for v, s in versions.items()}
+def same_states(first: VersionStates, second: VersionStates) -> bool:
+    """Whether two replicas report the same state for each version (reasons aside)."""
+    return _states(first) == _states(second)
 
 
-def _settled(replicas: list[dict[str, Any] | None], generation: str | None) -> LoadOutcome | None:
+def _states(versions: VersionStates) -> dict[str, ModelState]:
+    return {v: s.state for v, s in versions.items()}
+
+
+def settled(replicas: list[SlotStatus | None], generation: str | None) -> LoadOutcome | None:
     """The outcome once every replica serves ``generation`` or gave up on it; else None."""
     if not replicas or any(replica is None for replica in replicas):
         return None
-    versions: dict[str, dict[str, str]] = {}
+    versions: VersionStates = {}
     for replica in replicas:
         assert replica is not None
-        wanted = generation if generation is not None else replica["target"]
-        if replica["target"] != wanted:
+        wanted = generation if generation is not None else replica.target
+        if replica.target != wanted:
             return None  # not reconfigured yet
-        if replica["error"]:
-            return LoadOutcome(False, replica["versions"], replica["error"])
-        if replica["generation"] != wanted:
+        if replica.error:
+            return LoadOutcome(False, replica.versions, replica.error)
+        if replica.generation != wanted:
             return None  # still loading beside the serving generation
-        versions = replica["versions"]
+        versions = replica.versions
     return LoadOutcome(True, versions)

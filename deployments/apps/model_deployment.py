@@ -3,15 +3,14 @@
 Thin on purpose: a replica builds a :class:`SingleModel` from the spec Serve hands it as
 ``user_config`` (so a reload is an in-place reconfigure, not a new process) and exposes it
 over HTTP (``__call__``), over gRPC from HAProxy through Serve's gRPC ingress (``ModelInfer``,
-``ModelStreamInfer``), and to other deployments through handle methods (``infer`` for
-ensembles and BLS, ``infer_grpc`` for the gRPC frontend; metadata, readiness, state,
-statistics, ``slot_status`` for the repository controller). :class:`ServedModelDeployment` is
-that surface, shared with ensembles.
+``ModelStreamInfer``), to other deployments through the
+:class:`~deployments.apps.replica_api.ModelReplicaApi` and to the control plane through
+:class:`~deployments.apps.replica_control.ControlledReplica`. :class:`ServedModelDeployment`
+is that surface, shared with routers and ensembles.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import json
@@ -29,18 +28,15 @@ from tritonclient.grpc import service_pb2 as pb
 
 from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
-from deployments.apps.handles import ModelHandles
-from deployments.apps.log_control import adopt_log_settings, apply_in_this_replica
-from deployments.apps.replica_info import replica_info
-from deployments.apps.repository_access import ControllerRepository
-from deployments.apps.trace_control import adopt_trace_settings, controller_trace_setting
-from deployments.apps.trace_control import apply_in_this_replica as apply_trace_table
-from deployments.core.model_slot import ModelSlot
-from deployments.core.served_model import ServedModel, VersionState
-from deployments.core.server_core import ServerCore
+from deployments.apps.handles import ask_own_replicas
+from deployments.apps.replica_api import ModelReplicaApi
+from deployments.apps.replica_control import ControlledReplica, ReplicaControl
+from deployments.apps.repository_access import cluster_server_core
+from deployments.apps.trace_control import controller_trace_setting
+from deployments.core.model_slot import ModelSlot, SlotStatus
+from deployments.core.served_model import ServedModel
 from deployments.core.single_model import SingleModel
 from deployments.core.statistics import merge_entries
-from deployments.core.tracing import TRACER
 from deployments.grpc.model_infer import (
     SerializedMessage,
     answer_grpc,
@@ -53,59 +49,49 @@ from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.inference_types import InferRequest, InferResponse
-from repo_adapter.python_backend import collect_metrics
 from repo_adapter.repository import RepositoryModel
-
-_STATISTICS_TIMEOUT_S = 10.0
-
-
-async def adopt_controller_settings() -> None:
-    """A starting replica takes the controller's log and trace settings."""
-    await asyncio.gather(adopt_log_settings(), adopt_trace_settings())
+from repo_adapter.request_validation import model_not_found
 
 
-class ServedModelDeployment:
-    """HTTP (``__call__``) and handle methods over the replica's :class:`ModelSlot`.
+class ServedModelDeployment(ControlledReplica):
+    """HTTP (``__call__``), gRPC and the :class:`ModelReplicaApi` over the replica's
+    :class:`ModelSlot`, for the deployments that serve one model each.
 
     Subclasses build their model from the spec Serve passes as ``user_config``
     (:meth:`reconfigure`), so a changed model reaches running replicas in place: the new
     generation loads beside the serving one and takes over once loaded (see
-    :mod:`deployments.core.model_slot`). Handle methods serve gRPC, ensembles, BLS, the
-    server application and the repository controller (``slot_status``).
+    :mod:`deployments.core.model_slot`).
     """
 
     def __init__(self, name: str, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         self.slot = ModelSlot(name)
+        self.control = ReplicaControl(self.held_models, self.slot.metrics)
         self._http = ModelHttpEndpoints(
-            self.slot, self.statistics, controller_trace_setting, max_input_size
+            self.slot, self._statistics_here, controller_trace_setting, max_input_size
         )
-        self._log_settings_adopted = False
         self._forwarder: TritonGrpcServicer | None = None
 
-    def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
-        """The generation ``user_config`` describes and how to build its model."""
+    def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
+        """How to build the model ``user_config`` describes."""
         raise NotImplementedError
 
-    async def reconfigure(self, user_config: dict[str, Any]) -> None:
-        if not self._log_settings_adopted:  # first call: the replica is starting
-            self._log_settings_adopted = True
-            self._adopting = asyncio.get_running_loop().create_task(adopt_controller_settings())
-        generation, build = self.build(user_config)
-        await self.slot.load(generation, build)
+    def held_models(self) -> list[str]:
+        return [self.slot.name]
 
-    def slot_status(self) -> dict[str, Any]:
-        """This replica's generation, pending load and version states (for the controller)."""
-        return self.slot.status().to_dict()
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        self.control.adopt_controller_settings()  # once: the first call starts the replica
+        build = self.build(user_config)
+        await self.slot.load(spec_generation(user_config), build)
+
+    def _slot(self, model: str) -> ModelSlot:
+        if model != self.slot.name:  # a caller's routing bug, answered as Triton would
+            raise model_not_found(model)
+        return self.slot
+
+    # ------------------------------------------------------------------ HTTP and gRPC
 
     async def __call__(self, request: Request) -> Response:
         return await self._http.handle(request)
-
-    async def infer(self, request: InferRequest) -> InferResponse:
-        return await self.slot.infer(request)
-
-    async def infer_grpc(self, message: bytes, stream: bool = False) -> bytes:
-        """A serialized ``ModelInferRequest`` -> its serialized response (gRPC frontend)."""
-        return await infer_serialized(self.slot.infer, message, stream)
 
     async def ModelInfer(  # the RPC's name: Serve's gRPC ingress calls it
         self, request: pb.ModelInferRequest, grpc_context: Any = None
@@ -133,58 +119,46 @@ class ServedModelDeployment:
         """How this replica reaches the other models, as the gRPC frontend does (made on
         first use: most streams name one model)."""
         if self._forwarder is None:
-            self._forwarder = TritonGrpcServicer(ServerCore(ModelHandles(), ControllerRepository()))
+            self._forwarder = TritonGrpcServicer(cluster_server_core())
         return self._forwarder
 
-    def metadata(self, version: str = "") -> dict[str, Any]:
-        return self.slot.metadata(version)
+    # ------------------------------------------------------------------ ModelReplicaApi
 
-    def model_config(self, version: str = "") -> dict[str, Any]:
-        return self.slot.model_config(version)
+    async def infer(self, model: str, request: InferRequest) -> InferResponse:
+        return await self._slot(model).infer(request)
 
-    def is_ready(self, version: str = "") -> bool:
-        return self.slot.is_ready(version)
+    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
+        return await infer_serialized(self._slot(model).infer, message, stream)
 
-    def state(self) -> dict[str, VersionState]:
-        return self.slot.state()
+    def metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        return self._slot(model).metadata(version)
 
-    async def statistics(self, version: str = "") -> list[dict[str, Any]]:
+    def model_config(self, model: str, version: str = "") -> dict[str, Any]:
+        return self._slot(model).model_config(version)
+
+    def is_ready(self, model: str, version: str = "") -> bool:
+        return self._slot(model).is_ready(version)
+
+    async def statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+        self._slot(model)
+        return await self._statistics_here(version)
+
+    async def _statistics_here(self, version: str = "") -> list[dict[str, Any]]:
         """The model's statistics summed over all its replicas, as Triton reports a model."""
-        return await statistics_over_replicas("local_statistics", version)
+        per_replica = await ask_own_replicas(
+            ModelReplicaApi.local_statistics, self.slot.name, version
+        )
+        return merge_entries([entry for entries in per_replica for entry in entries])
 
-    def apply_log_settings(self, settings: dict[str, Any]) -> None:
-        """Triton's log settings, from the controller."""
-        apply_in_this_replica(settings)
+    def local_statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+        return self._slot(model).statistics(version)
 
-    def apply_trace_settings(self, table: dict[str, Any]) -> None:
-        """Triton's trace settings, from the controller."""
-        apply_trace_table(table)
-
-    def replica_info(self) -> dict[str, Any]:
-        """Where this replica runs (for ``rayton status``)."""
-        return replica_info([self.slot.name])
-
-    def metrics_snapshot(self) -> dict[str, Any]:
-        """This replica's metric counters and its python models' own metrics."""
-        return {"versions": self.slot.metrics(), "custom": collect_metrics()}
-
-    def local_statistics(self, version: str = "") -> list[dict[str, Any]]:
-        """This replica's counters only."""
-        return self.slot.statistics(version)
+    def slot_status(self, model: str) -> SlotStatus:
+        return self._slot(model).status()
 
     async def __del__(self) -> None:
-        await TRACER.flush()
+        await self.control.close()
         await self.slot.close()
-
-
-async def statistics_over_replicas(method: str, *args: Any) -> list[dict[str, Any]]:
-    """Statistics entries from ``method`` on every replica of this deployment, merged."""
-    context = serve.get_replica_context()
-    handle = serve.get_deployment_handle(context.deployment, context.app_name)
-    per_replica = await handle.broadcast(method, *args).results_async(
-        timeout_s=_STATISTICS_TIMEOUT_S
-    )
-    return merge_entries([entry for entries in per_replica for entry in entries])
 
 
 def spec_to_user_config(spec: Any) -> dict[str, Any]:
@@ -192,6 +166,16 @@ def spec_to_user_config(spec: Any) -> dict[str, Any]:
     data = asdict(spec)
     data["config_bytes"] = base64.b64encode(spec.config_bytes).decode()
     return data
+
+
+def spec_generation(user_config: dict[str, Any]) -> str:
+    """The generation a spec's ``user_config`` loads: the repository's fingerprint it carries,
+    else a digest of its content (a spec built without the repository)."""
+    generation = user_config.get("generation")
+    if generation:
+        return str(generation)
+    text = json.dumps(user_config, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def spec_from_user_config(cls: type, data: dict[str, Any]) -> Any:
@@ -280,7 +264,7 @@ class TritonModel(ServedModelDeployment):
         install_bls()  # before the backend loads: initialize() may make BLS calls already
         super().__init__(name, max_input_size)
 
-    def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
+    def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
         spec = ModelSpec.from_user_config(user_config)
         instance = _instance(spec)
 
@@ -294,10 +278,4 @@ class TritonModel(ServedModelDeployment):
                 admission=serve_batch_admission,
             )
 
-        return spec.generation or _digest(user_config), load
-
-
-def _digest(user_config: dict[str, Any]) -> str:
-    """A generation for a spec that carries none (built without the repository's fingerprint)."""
-    text = json.dumps(user_config, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return load

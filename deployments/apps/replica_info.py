@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
 
 import ray
 from ray import serve
 
+from deployments.core.status import ReplicaInfo
 
-def replica_info(models: list[str]) -> dict[str, Any]:
-    """This replica: its Serve id and deployment, node id and address, the GPU ids Ray gave
-    it and the devices it sees (a pinned replica sees its pinned GPU), its pid."""
+
+def replica_info(models: list[str]) -> ReplicaInfo:
+    """This replica, holding ``models``."""
     node_id = ray.get_runtime_context().get_node_id()
     context = serve.get_replica_context()
-    return {
-        "replica": context.replica_id.unique_id,
-        "deployment": context.deployment,
-        "node_id": node_id,
-        "node_ip": _node_address(node_id),
-        "gpu_ids": [str(gpu) for gpu in ray.get_gpu_ids()],
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-        "pid": os.getpid(),
-        "models": models,
-    }
+    return ReplicaInfo(
+        replica=context.replica_id.unique_id,
+        deployment=context.deployment,
+        node_id=node_id,
+        node_ip=_node_address(node_id),
+        gpu_ids=[str(gpu) for gpu in ray.get_gpu_ids()],
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        pid=os.getpid(),
+        models=models,
+    )
 
 
 @functools.cache

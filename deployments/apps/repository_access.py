@@ -1,4 +1,5 @@
-"""The repository controller as the frontends reach it: a :class:`Repository` over its handle."""
+"""The repository controller as the frontends reach it: the :class:`Repository` and the
+:class:`RuntimeSettings` of :class:`~deployments.core.server_core.ServerCore`, over its handle."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Any
 
 from ray import serve
 
-from deployments.core.server_core import RepositoryView
+from deployments.apps.handles import ModelHandles
+from deployments.core.server_core import RepositoryView, ServerCore
 
 # The controller's deployment and application (it lives in the server application).
 CONTROLLER_APP_NAME = "rayton-server"
@@ -14,9 +16,7 @@ CONTROLLER_DEPLOYMENT_NAME = "repository"
 _VIEW_TIMEOUT_S = 10.0
 
 
-class ControllerRepository:
-    """:class:`~deployments.core.server_core.Repository` on the controller's deployment handle."""
-
+class _ControllerHandle:
     def __init__(self, handle: Any = None) -> None:
         self._handle = handle  # None: looked up by name on first use
 
@@ -28,6 +28,10 @@ class ControllerRepository:
             )
         return self._handle
 
+
+class ControllerRepository(_ControllerHandle):
+    """:class:`~deployments.core.server_core.Repository` on the controller's deployment handle."""
+
     async def view(self) -> RepositoryView:
         return await self.handle.view.remote()
 
@@ -36,6 +40,16 @@ class ControllerRepository:
 
     async def status(self) -> dict[str, Any]:
         return await self.handle.status.remote()
+
+    async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
+        await self.handle.load.remote(model, config, files)
+
+    async def unload(self, model: str, unload_dependents: bool) -> None:
+        await self.handle.unload.remote(model, unload_dependents)
+
+
+class ControllerSettings(_ControllerHandle):
+    """:class:`~deployments.core.server_core.RuntimeSettings` on the controller's handle."""
 
     async def log_settings(self) -> dict[str, Any]:
         return await self.handle.log_settings.remote()
@@ -48,8 +62,11 @@ class ControllerRepository:
     ) -> dict[str, Any]:
         return await self.handle.trace_settings.remote(model, changes)
 
-    async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
-        await self.handle.load.remote(model, config, files)
 
-    async def unload(self, model: str, unload_dependents: bool) -> None:
-        await self.handle.unload.remote(model, unload_dependents)
+def cluster_server_core(controller: Any = None) -> ServerCore:
+    """The server's protocol logic as a replica runs it: models over their deployment
+    handles, the repository and settings over the controller's (``controller``: its handle,
+    when the caller was given one)."""
+    return ServerCore(
+        ModelHandles(), ControllerRepository(controller), ControllerSettings(controller)
+    )

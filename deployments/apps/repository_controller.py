@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
 from ray import serve
@@ -37,9 +38,11 @@ from cluster.placement import ModelPlacement, placement_for
 from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
 from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME
 from deployments.apps.handles import broadcast
-from deployments.apps.host_deployment import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, HOST_ROUTE_PREFIX
+from deployments.apps.log_control import LogControl
 from deployments.apps.metrics_deployment import METRICS_APP_NAME, METRICS_DEPLOYMENT_NAME
 from deployments.apps.model_apps import LoadOutcome, ServeModelApps
+from deployments.apps.model_homes import ModelHome, ModelHomes, Placed, ReplicaTarget
+from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.repository_access import CONTROLLER_APP_NAME
 from deployments.apps.server_args import ServerAppArgs
 from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME
@@ -48,11 +51,11 @@ from deployments.apps.trace_control import (
     startup_exporter,
     startup_trace_settings,
 )
-from deployments.core.log_settings import LogSettings, apply_log_settings, log_settings_error
 from deployments.core.server_core import RepositoryView
 from deployments.core.status import status_document
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.live_repository import LiveRepository, load_failed_error
+from repo_adapter.model_state import VersionStates
 from repo_adapter.repository import RepositoryModel
 
 logger = logging.getLogger(__name__)
@@ -76,28 +79,21 @@ class RepositoryController:
         self.repository = LiveRepository(
             spec.model_repository, cluster_gpu_ids(), spec.model_file_override_dir
         )
-        self.apps = ServeModelApps()
-        self._changes = asyncio.Lock()  # one repository change at a time
-        self._log_settings = LogSettings(
-            log_file=spec.log_file,
-            log_info=spec.log_info,
-            log_warning=spec.log_warning,
-            log_error=spec.log_error,
-            log_verbose_level=spec.log_verbose_level,
-            log_format=spec.log_format,
+        self.homes = ModelHomes(
+            ServeModelApps(),
+            spec.http_max_input_size,
+            share_cpu_models=spec.deploy_models and spec.cpu_models == "shared",
         )
-        apply_log_settings(self._log_settings)
+        self._changes = asyncio.Lock()  # one repository change at a time
+        self._logs = LogControl(
+            spec.log_settings(),
+            lambda: [*front_deployments(), *self.model_deployments()],
+        )
         self._traces = TraceControl(
             startup_trace_settings(spec), self.model_deployments, startup_exporter(spec)
         )
         self._started = False
         self._unplaceable: set[str] = set()
-        self._hosted: dict[str, dict] = {}  # the shared host's models (its user_config)
-        self._placements: dict[str, ModelPlacement] = {}  # as each model was last deployed
-        # Deploys of the host happen one at a time, each built from ``_hosted`` as it is then:
-        # two concurrent deploys (an ensemble and its member unloading together) could reach
-        # Serve in either order and leave the older model set deployed.
-        self._host_deploys = asyncio.Lock()
         self._tasks = [asyncio.get_event_loop().create_task(self._run())]
 
     # ------------------------------------------------------------------ start-up and poll
@@ -185,132 +181,111 @@ class RepositoryController:
 
     # ------------------------------------------------------------------ applying changes
 
-    def _hosts(self, placement: ModelPlacement) -> bool:
-        """Whether a model placed so runs in the shared host (a CPU model with a fixed count,
-        when sharing is on): a GPU, autoscaled or isolated model (an environment of its own)
-        needs deployments of its own."""
-        if not (self.spec.deploy_models and self.spec.cpu_models == "shared"):
-            return False
-        return (
-            not placement.uses_gpu
-            and not placement.isolated
-            and placement.groups[0].autoscaling_config is None
-        )
-
     async def _apply(self, models: list[RepositoryModel], deploy: bool) -> None:
-        """Deploy ``models`` together and wait for each one's outcome."""
-        from deployments.apps.builders import hosted_model_entry, model_application
-
+        """Deploy ``models`` together (``deploy``; else only watch what a Serve config
+        deploys) and wait for each one's outcome."""
         nodes = await asyncio.to_thread(node_resources)
-        targets, waits = [], []
-        host_changed = False
+        by_home: dict[ModelHome, list[Placed]] = {}
+        waits: list[tuple[Placed, ModelHome]] = []
         for model in models:
             generation = self.repository.begin_load(model)
-            if not model.available:
-                if model.needs_device:
-                    self._unplaceable.add(model.name)
-                self.repository.load_failed(model.name, model.error)
+            placement = self._placement(model, nodes)
+            if placement is None:
                 continue
-            try:
-                placement = placement_for(model.config, nodes)
-            except ValueError as err:  # a placement parameter Serve would refuse
-                self.repository.load_failed(model.name, f"model '{model.name}': {err}")
-                continue
-            reason = next(
-                filter(
-                    None, (unplaceable_reason(g.ray_actor_options, nodes) for g in placement.groups)
-                ),
-                "",
-            )
-            if reason:
-                self._unplaceable.add(model.name)
-                self.repository.load_failed(model.name, reason)
-                continue
-            self._unplaceable.discard(model.name)
-            hosted = deploy and self._hosts(placement)
-            if hosted:
-                self._hosted[model.name] = hosted_model_entry(model, generation)
-                host_changed = True
-            elif deploy:
-                route = f"/v2/models/{model.name}"
-                application = model_application(
-                    model, generation, self.spec.http_max_input_size, nodes
-                )
-                targets.append((model.name, application, route))
+            placed = Placed(model, generation, placement, nodes)
+            home = self.homes.home_for(placement) if deploy else self.homes.own
             if deploy:
-                self._placements[model.name] = placement
-            waits.append((model, generation if deploy else None, hosted))
-        if targets or host_changed:
-            try:
-                await self._deploy(targets, with_host=host_changed)
-            except Exception as err:
-                logger.exception("deploying failed")
-                for model, _, _ in waits:
-                    self.repository.load_failed(model.name, f"deploying failed: {err}")
-                return
-        await asyncio.gather(*(self._settle(*wait) for wait in waits))
+                by_home.setdefault(home, []).append(placed)
+            waits.append((placed, home))
+        try:
+            await asyncio.gather(*(home.deploy(placed) for home, placed in by_home.items()))
+        except Exception as err:
+            logger.exception("deploying failed")
+            for placed, _ in waits:
+                self.repository.load_failed(placed.model.name, f"deploying failed: {err}")
+            return
+        await asyncio.gather(*(self._settle(placed, home, deploy) for placed, home in waits))
 
-    async def _settle(self, model: RepositoryModel, generation: str | None, hosted: bool) -> None:
-        record = self.repository.records[model.name]
+    def _placement(
+        self, model: RepositoryModel, nodes: list[dict[str, float]]
+    ) -> ModelPlacement | None:
+        """Where ``model``'s replicas go on ``nodes``; None (its load failed) where it cannot
+        be placed."""
+        if not model.available:
+            if model.needs_device:
+                self._unplaceable.add(model.name)
+            self.repository.load_failed(model.name, model.error)
+            return None
+        try:
+            placement = placement_for(model.config, nodes)
+        except ValueError as err:  # a placement parameter Serve would refuse
+            self.repository.load_failed(model.name, f"model '{model.name}': {err}")
+            return None
+        groups = placement.groups
+        reason = next(
+            filter(None, (unplaceable_reason(g.ray_actor_options, nodes) for g in groups)), ""
+        )
+        if reason:
+            self._unplaceable.add(model.name)
+            self.repository.load_failed(model.name, reason)
+            return None
+        self._unplaceable.discard(model.name)
+        return placement
+
+    async def _settle(self, placed: Placed, home: ModelHome, deployed: bool) -> None:
+        name = placed.model.name
+        record = self.repository.records[name]
         was_serving = record.served is not None
-        placement = self._placements.get(model.name)
-        groups = [g.name for g in placement.groups] if placement and placement.routed else []
-        outcome: LoadOutcome = await self.apps.wait_loaded(
-            model.name, generation, self.spec.model_load_timeout_secs, hosted, groups
+        generation = placed.generation if deployed else None
+        outcome: LoadOutcome = await home.wait_loaded(
+            name, generation, self.spec.model_load_timeout_secs
         )
         if outcome.ok and _any_ready(outcome.versions):
-            versions = _with_notes(outcome.versions, placement.notes if placement else [])
-            self.repository.load_succeeded(model.name, generation or "", versions)
-            await self._drop_other_home(model.name, hosted)
+            notes = placed.placement.notes if deployed else []
+            self.repository.load_succeeded(
+                name, generation or "", _with_notes(outcome.versions, notes)
+            )
+            if deployed:
+                await self._leave_other_homes(name, home)
             return
         reason = outcome.reason or _version_reasons(outcome.versions)
-        failed = {v: s for v, s in outcome.versions.items() if s["state"] != "READY"}
-        self.repository.load_failed(model.name, reason, failed)
+        failed = {v: s for v, s in outcome.versions.items() if not s.ready}
+        self.repository.load_failed(name, reason, failed)
         if not was_serving and self.spec.deploy_models:
-            await self._remove_deployment(model.name, hosted)  # nothing to keep: free it
+            await self._remove(name, home)  # nothing to keep: free it
 
-    async def _drop_other_home(self, name: str, hosted: bool) -> None:
-        """A model that moved (hosted <-> dedicated) stops being served where it was."""
-        if hosted:
-            status, _ = await self.apps.app_status(name)
-            if status:
-                await self.apps.delete(name)
-        elif name in self._hosted:
-            await self._remove_deployment(name, hosted=True)
+    async def _leave_other_homes(self, name: str, home: ModelHome) -> None:
+        """A model that moved (shared host <-> an application of its own) stops being served
+        where it was."""
+        for other in self.homes.all:
+            if other is home or not other.holds(name):
+                continue
+            if other.application(name) == home.application(name):
+                other.forget(name)  # the same application now serves it the new way
+            elif other is self.homes.host:
+                await self._remove(name, other)
+            else:
+                await other.remove(name)
+        if home is self.homes.host and await self.homes.own.serves(name):
+            await self.homes.own.remove(name)  # an application of its own left from before
 
-    async def _remove_deployment(self, name: str, hosted: bool) -> None:
-        self._placements.pop(name, None)
-        if not hosted:
-            await self.apps.delete(name)
-            await self.apps.wait_deleted(name, _UNLOAD_TIMEOUT_S)
-            return
-        if self._hosted.pop(name, None) is None:
-            return
-        await self._deploy([], with_host=True)
-        if not await self.apps.wait_unhosted(name, _UNLOAD_TIMEOUT_S):
+    async def _remove(self, name: str, home: ModelHome) -> None:
+        """Stop serving ``name`` in ``home`` and wait until its replicas let it go."""
+        await home.remove(name)
+        if not await home.wait_removed(name, _UNLOAD_TIMEOUT_S):
             logger.error(
-                "model '%s' still in the shared host %g s after its removal",
+                "model '%s' still in application '%s' %g s after its removal",
                 name,
+                home.application(name),
                 _UNLOAD_TIMEOUT_S,
             )
-
-    async def _deploy(self, targets: list[tuple[str, Any, str]], with_host: bool) -> None:
-        """Deploy ``targets`` and, ``with_host``, the shared host as ``_hosted`` is now."""
-        from deployments.apps.builders import host_application
-
-        if not with_host:
-            await self.apps.deploy(targets)
-            return
-        async with self._host_deploys:
-            host = host_application(self._hosted, self.spec.http_max_input_size)
-            await self.apps.deploy([*targets, (HOST_APP_NAME, host, HOST_ROUTE_PREFIX)])
 
     async def _unload_one(self, name: str) -> None:
         record = self.repository.records.get(name)
         if record is None or record.served is None:
             return
         self.repository.begin_unload(name)
-        await self._remove_deployment(name, hosted=name in self._hosted)
+        await self._remove(name, self.homes.home_of(name) or self.homes.own)
         self.repository.unload_finished(name)
 
     # ------------------------------------------------------------------ repository API
@@ -393,24 +368,11 @@ class RepositoryController:
 
     def log_settings(self) -> dict[str, Any]:
         """Triton's log settings, as every replica applies them."""
-        return self._log_settings.to_json()
+        return self._logs.settings()
 
     async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
-        """Change the log settings everywhere; Triton's errors for a bad setting.
-
-        Raises:
-            InferenceServerError: INVALID_ARG for an unknown key, a wrong type, or a log file
-                that cannot be opened (nothing changes then).
-        """
-        settings = self._log_settings.updated(changes)
-        try:
-            apply_log_settings(settings)
-        except OSError as err:
-            raise log_settings_error(err) from None
-        self._log_settings = settings
-        targets = [*front_deployments(), *self.model_deployments()]
-        await broadcast(targets, "apply_log_settings", settings.to_json())
-        return settings.to_json()
+        """Change the log settings everywhere; Triton's errors for a bad setting."""
+        return await self._logs.update(changes)
 
     # ------------------------------------------------------------------ trace settings
 
@@ -428,26 +390,15 @@ class RepositoryController:
         """Finished traces from a model replica, for the trace file."""
         await self._traces.record(records)
 
-    def model_deployments(self) -> list[tuple[str, str]]:
+    def model_deployments(self) -> list[ReplicaTarget]:
         """``(deployment, application)`` of every served model's replicas: each model with a
         deployment of its own (named after it), and the shared host when it runs some."""
-        served = self.repository.served_names()
-        targets = []
-        for name in served:
-            if name in self._hosted:
-                continue
-            targets.append((name, name))
-            placement = self._placements.get(name)
-            if placement is not None and placement.routed:  # the router, then its groups
-                targets += [(group.name, name) for group in placement.groups]
-        if self._hosted:
-            targets.append((HOST_DEPLOYMENT_NAME, HOST_APP_NAME))
-        return targets
+        return self.homes.replica_targets(self.repository.served_names())
 
     async def status(self) -> dict[str, Any]:
         """``rayton status``: the repository index and where every served model's replicas
         run (node, GPU ids)."""
-        replicas = await broadcast(self.model_deployments(), "replica_info")
+        replicas = await broadcast(self.model_deployments(), ReplicaControlApi.replica_info)
         return status_document(
             self.spec.model_repository, self.spec.model_control_mode, self.index(), replicas
         )
@@ -460,28 +411,25 @@ class RepositoryController:
         return self._started
 
 
-def _with_notes(versions: dict[str, dict[str, str]], notes: list[str]) -> dict[str, dict[str, str]]:
+def _with_notes(versions: VersionStates, notes: list[str]) -> VersionStates:
     """Version states with what the cluster could not honour in a ready version's reason (the
     index shows it; Triton leaves a ready version's reason empty)."""
     if not notes:
         return versions
     note = "; ".join(notes)
-    return {
-        v: dict(s, reason=s["reason"] or note) if s["state"] == "READY" else s
-        for v, s in versions.items()
-    }
+    return {v: replace(s, reason=s.reason or note) if s.ready else s for v, s in versions.items()}
 
 
-def _any_ready(versions: dict[str, dict[str, str]]) -> bool:
-    return any(state["state"] == "READY" for state in versions.values())
+def _any_ready(versions: VersionStates) -> bool:
+    return any(state.ready for state in versions.values())
 
 
-def _version_reasons(versions: dict[str, dict[str, str]]) -> str:
-    reasons = sorted({s["reason"] for s in versions.values() if s.get("reason")})
+def _version_reasons(versions: VersionStates) -> str:
+    reasons = sorted({s.reason for s in versions.values() if s.reason})
     return "; ".join(reasons) or "no version could be loaded"
 
 
-def front_deployments() -> list[tuple[str, str]]:
+def front_deployments() -> list[ReplicaTarget]:
     """``(deployment, application)`` of the front applications (those deployed answer)."""
     return [
         (SERVER_DEPLOYMENT_NAME, CONTROLLER_APP_NAME),

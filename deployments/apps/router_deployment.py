@@ -28,7 +28,7 @@ from deployments.apps.model_deployment import (
     spec_from_user_config,
     spec_to_user_config,
 )
-from deployments.apps.replica_info import replica_info
+from deployments.apps.replica_api import ModelReplicaApi
 from deployments.core.routed_model import GroupRoute, RoutedModel
 from deployments.core.served_model import ServedModel
 from deployments.core.statistics import merge_entries
@@ -63,11 +63,11 @@ class RouterSpec:
 
 def _group_infer(model: str, handle: DeploymentHandle) -> Callable[[InferRequest], Any]:
     deployment = handle.deployment_name
-    infer = handle.infer
+    infer = handle.infer  # ModelReplicaApi.infer of the group's replicas
 
     async def call(request: InferRequest) -> InferResponse:
         try:
-            return await infer.remote(request)
+            return await infer.remote(model, request)
         except RayActorError as err:  # the group's replica went (a crash, a lost node)
             raise InferenceServerError(
                 f"model '{model}' is unavailable: the replica of '{deployment}' serving it "
@@ -91,7 +91,7 @@ class TritonModelRouter(ServedModelDeployment):
         self._groups: list[str] = []
         self._following: asyncio.Task | None = None
 
-    def build(self, user_config: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
+    def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
         spec = RouterSpec.from_user_config(user_config)
         config = mc.ModelConfig()
         config.ParseFromString(spec.config_bytes)
@@ -104,7 +104,11 @@ class TritonModelRouter(ServedModelDeployment):
         def load() -> ServedModel:
             return RoutedModel(config, spec.versions, routes)
 
-        return spec.generation, load
+        return load
+
+    def held_models(self) -> list[str]:
+        """None: ``rayton status`` lists the groups' replicas, which hold the instances."""
+        return []
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         await super().reconfigure(user_config)
@@ -115,8 +119,10 @@ class TritonModelRouter(ServedModelDeployment):
         while True:
             model = self.slot.serving
             if isinstance(model, RoutedModel):
-                statuses = await broadcast(self._targets(), "slot_status")
-                model.update_states([status["versions"] for status in statuses])
+                statuses = await broadcast(
+                    self._targets(), ModelReplicaApi.slot_status, self.slot.name
+                )
+                model.update_states([status.versions for status in statuses])
                 loading = not model.is_ready() or len(statuses) < sum(
                     route.replicas for route in model.routes
                 )
@@ -127,14 +133,12 @@ class TritonModelRouter(ServedModelDeployment):
     def _targets(self) -> list[tuple[str, str]]:
         return [(group, self.slot.name) for group in self._groups]
 
-    def replica_info(self) -> dict[str, Any]:
-        """Not a model instance: ``rayton status`` lists the groups' replicas instead."""
-        return replica_info([])
-
-    async def statistics(self, version: str = "") -> list[dict[str, Any]]:
+    async def _statistics_here(self, version: str = "") -> list[dict[str, Any]]:
         """The model's statistics summed over every replica of every group."""
         self.slot.statistics(version)  # Triton's error for a version not served
-        per_replica = await broadcast(self._targets(), "local_statistics", version)
+        per_replica = await broadcast(
+            self._targets(), ModelReplicaApi.local_statistics, self.slot.name, version
+        )
         return merge_entries([entry for entries in per_replica for entry in entries])
 
     async def __del__(self) -> None:

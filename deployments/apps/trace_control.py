@@ -21,6 +21,7 @@ from typing import Any
 from ray import serve
 
 from deployments.apps.handles import broadcast
+from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
 from deployments.apps.server_args import ServerAppArgs
 from deployments.core.trace_file import TraceFileWriter
@@ -111,7 +112,8 @@ class TraceControl:
             self._writer.flush()
 
     async def _broadcast(self) -> None:
-        await broadcast(list(self._targets()), "apply_trace_settings", self.table.to_json())
+        table = self.table.to_json()
+        await broadcast(list(self._targets()), ReplicaControlApi.apply_trace_settings, table)
 
 
 # --------------------------------------------------------------------- in each model replica

@@ -29,6 +29,7 @@ from repo_adapter.inference_types import (
     InferTensor,
     RequestedOutput,
 )
+from repo_adapter.model_state import ModelState, VersionState, VersionStates
 from repo_adapter.request_validation import RequestValidator, model_not_found
 
 MemberCall = Callable[[InferRequest], Awaitable[InferResponse]]
@@ -67,8 +68,8 @@ class EnsembleModel:
     def is_ready(self, version: str = "") -> bool:
         return not version or (version.isdigit() and int(version) in self.versions)
 
-    def state(self) -> dict[str, Any]:
-        return {str(v): {"state": "READY", "reason": ""} for v in self.versions}
+    def state(self) -> VersionStates:
+        return {str(v): VersionState(ModelState.READY) for v in self.versions}
 
     def metadata(self, version: str = "") -> dict[str, Any]:
         versions = [str(self._version(version))] if version else [str(v) for v in self.versions]

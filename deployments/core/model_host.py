@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from deployments.core.model_slot import BuildModel, ModelSlot
+from deployments.core.model_slot import BuildModel, ModelSlot, SlotStatus
 from repo_adapter.request_validation import model_not_found
 
 logger = logging.getLogger(__name__)
@@ -67,8 +67,8 @@ class ModelHost:
             raise model_not_found(name)
         return slot
 
-    def statuses(self) -> dict[str, dict]:
-        return {name: slot.status().to_dict() for name, slot in self.slots.items()}
+    def statuses(self) -> dict[str, SlotStatus]:
+        return {name: slot.status() for name, slot in self.slots.items()}
 
     def metrics(self) -> list[dict[str, Any]]:
         """Every hosted model's metric counters in this process."""

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from deployments.core.served_model import ServedModel, VersionState
+from deployments.core.served_model import ServedModel
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.model_state import VersionStates
 
 logger = logging.getLogger(__name__)
 
@@ -45,20 +46,12 @@ class SlotStatus:
     generation: str
     target: str
     error: str
-    versions: dict[str, VersionState]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            "target": self.target,
-            "error": self.error,
-            "versions": self.versions,
-        }
+    versions: VersionStates
 
 
 def load_failure(model: ServedModel) -> str:
     """Why a freshly built model must not replace a serving one ("" when it may)."""
-    failed = {v: s["reason"] for v, s in model.state().items() if s["state"] != "READY"}
+    failed = {v: s.reason for v, s in model.state().items() if not s.ready}
     if not failed:
         return ""
     return "; ".join(f"version {v}: {reason}" for v, reason in sorted(failed.items()))
@@ -188,7 +181,7 @@ class ModelSlot:
     def is_ready(self, version: str = "") -> bool:
         return self._model is not None and self._model.is_ready(version)
 
-    def state(self) -> dict[str, VersionState]:
+    def state(self) -> VersionStates:
         return self._model.state() if self._model is not None else {}
 
     def statistics(self, version: str = "") -> list[dict[str, Any]]:

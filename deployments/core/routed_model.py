@@ -16,10 +16,11 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from deployments.core.served_model import VersionState, model_metadata
+from deployments.core.served_model import model_metadata
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.model_state import ModelState, VersionState, VersionStates
 from repo_adapter.request_validation import model_not_found
 
 
@@ -37,7 +38,7 @@ class GroupRoute:
         return self.in_flight / max(self.replicas, 1)
 
 
-LOADING = {"state": "UNAVAILABLE", "reason": "its instance groups are loading"}
+GROUPS_LOADING = VersionState(ModelState.UNAVAILABLE, "its instance groups are loading")
 
 
 class RoutedModel:
@@ -53,29 +54,29 @@ class RoutedModel:
         self.versions = list(versions)
         self.routes = list(routes)
         self._config_json = config_to_json_dict(config)
-        self._states: dict[str, VersionState] = {str(v): dict(LOADING) for v in self.versions}
+        self._states: VersionStates = {str(v): GROUPS_LOADING for v in self.versions}
 
     # ------------------------------------------------------------------ the groups' states
 
-    def update_states(self, replica_versions: Sequence[dict[str, VersionState]]) -> None:
+    def update_states(self, replica_versions: Sequence[VersionStates]) -> None:
         """Take the version states every group replica reported (its ``slot_status``)."""
-        states: dict[str, VersionState] = {}
+        states: VersionStates = {}
         for version in map(str, self.versions):
             reported = [r[version] for r in replica_versions if version in r]
-            failed = [s for s in reported if s["state"] != "READY"]
+            failed = [s for s in reported if not s.ready]
             if not reported:
-                states[version] = dict(LOADING)
+                states[version] = GROUPS_LOADING
             elif failed:
-                states[version] = {"state": "UNAVAILABLE", "reason": failed[0]["reason"]}
+                states[version] = VersionState(ModelState.UNAVAILABLE, failed[0].reason)
             else:
-                states[version] = {"state": "READY", "reason": ""}
+                states[version] = VersionState(ModelState.READY)
         self._states = states
 
-    def state(self) -> dict[str, VersionState]:
-        return {v: dict(s) for v, s in self._states.items()}
+    def state(self) -> VersionStates:
+        return dict(self._states)
 
     def _ready(self) -> list[str]:
-        return [v for v, s in self._states.items() if s["state"] == "READY"]
+        return [v for v, s in self._states.items() if s.ready]
 
     def is_ready(self, version: str = "") -> bool:
         return version in self._ready() if version else bool(self._ready())
@@ -84,7 +85,7 @@ class RoutedModel:
         if version and version not in self._states:
             raise model_not_found(self.name, version)
         if not self.is_ready(version):
-            reasons = sorted({s["reason"] for s in self._states.values() if s["reason"]})
+            reasons = sorted({s.reason for s in self._states.values() if s.reason})
             raise InferenceServerError(
                 f"Request for unknown model: '{self.name}' is not ready: "
                 + ("; ".join(reasons) or "no version is loaded"),

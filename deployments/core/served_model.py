@@ -16,8 +16,7 @@ from deployments.core.classification import classify
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
-
-VersionState = dict[str, str]  # {"state": "READY" | "UNAVAILABLE", "reason": ...}
+from repo_adapter.model_state import VersionStates
 
 
 class ServedModel(Protocol):
@@ -46,7 +45,7 @@ class ServedModel(Protocol):
         """Whether the model (or that version) can serve."""
         ...
 
-    def state(self) -> dict[str, VersionState]:
+    def state(self) -> VersionStates:
         """Per-version state for the repository index."""
         ...
 

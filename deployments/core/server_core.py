@@ -1,10 +1,11 @@
 """Server-wide protocol logic, transport-neutral: what the HTTP server routes and gRPC share.
 
 Server metadata, health and readiness, the repository API (index, load, unload), statistics
-of every model, and Triton's errors for models without a deployment. Models are reached
-through :class:`ModelCalls` (Serve deployment handles in a cluster:
-:class:`deployments.apps.handles.ModelHandles`) and the repository through
-:class:`Repository` (the repository controller's handle), so this module is Ray-free.
+of every model, the logging and trace settings, and Triton's errors for models without a
+deployment. Models are reached through :class:`ModelCalls` (Serve deployment handles in a
+cluster: :class:`deployments.apps.handles.ModelHandles`), the repository through
+:class:`Repository` and the run-time settings through :class:`RuntimeSettings` (both on the
+repository controller's handle), so this module is Ray-free.
 """
 
 from __future__ import annotations
@@ -47,11 +48,27 @@ VIEW_TTL_S = 1.0
 
 
 class ModelCalls(Protocol):
-    """How the server reaches a model's methods (those of ``ServedModel`` and statistics)."""
+    """How the server reaches a deployed model, wherever it runs (errors are Triton's)."""
 
-    async def call(
-        self, model: str, method: str, *args: Any, timeout_s: float | None = None
-    ) -> Any: ...
+    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes: ...
+
+    async def metadata(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> dict[str, Any]: ...
+
+    async def model_config(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> dict[str, Any]: ...
+
+    async def is_ready(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> bool: ...
+
+    async def statistics(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        """The model's statistics summed over every replica serving it."""
+        ...
 
     def forget(self, model: str) -> None:
         """Drop what is cached about ``model`` (it was unloaded)."""
@@ -86,6 +103,11 @@ class Repository(Protocol):
 
     async def status(self) -> dict[str, Any]: ...
 
+
+class RuntimeSettings(Protocol):
+    """The server-wide settings clients change at run time, Triton's logging and trace
+    extensions (in a cluster: kept by the controller, followed by every replica)."""
+
     async def log_settings(self) -> dict[str, Any]: ...
 
     async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]: ...
@@ -103,9 +125,12 @@ class ServerCore:
     controller) and refreshed at once after this server changed the repository.
     """
 
-    def __init__(self, models: ModelCalls, repository: Repository) -> None:
+    def __init__(
+        self, models: ModelCalls, repository: Repository, settings: RuntimeSettings
+    ) -> None:
         self.models = models
         self.repository = repository
+        self.settings = settings
         self._view = RepositoryView()
         self._view_at = -VIEW_TTL_S
 
@@ -118,13 +143,21 @@ class ServerCore:
             self._view, self._view_at = view, time.monotonic()
         return self._view
 
-    async def call(self, model: str, method: str, *args: Any) -> Any:
-        """``method`` of a deployed model (metadata, state, ...), with a timeout."""
-        return await self.models.call(model, method, *args, timeout_s=_HANDLE_TIMEOUT_S)
+    async def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        return await self.models.metadata(model, version, timeout_s=_HANDLE_TIMEOUT_S)
+
+    async def model_config(self, model: str, version: str = "") -> dict[str, Any]:
+        return await self.models.model_config(model, version, timeout_s=_HANDLE_TIMEOUT_S)
+
+    async def model_ready(self, model: str, version: str = "") -> bool:
+        return await self.models.is_ready(model, version, timeout_s=_HANDLE_TIMEOUT_S)
+
+    async def model_statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+        return await self.models.statistics(model, version, timeout_s=_HANDLE_TIMEOUT_S)
 
     async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
         """A serialized ``ModelInferRequest`` run by ``model``; its serialized response."""
-        return await self.models.call(model, "infer_grpc", message, stream)
+        return await self.models.infer_wire(model, message, stream)
 
     async def is_deployed(self, model: str) -> bool:
         return model in (await self.view()).served
@@ -140,7 +173,7 @@ class ServerCore:
         if not view.ready:
             return False
         try:
-            states = await asyncio.gather(*(self.call(m, "is_ready") for m in view.served))
+            states = await asyncio.gather(*(self.model_ready(m) for m in view.served))
         except Exception:  # a model app still deploying or failed: not ready
             return False
         return all(states)
@@ -149,7 +182,7 @@ class ServerCore:
         entries: list[dict[str, Any]] = []
         for model in (await self.view()).served:
             try:
-                entries.extend(await self.call(model, "statistics"))
+                entries.extend(await self.model_statistics(model))
             except InferenceServerError:
                 continue  # no ready version: Triton lists only ready versions
             except Exception:
@@ -165,18 +198,18 @@ class ServerCore:
 
     async def log_settings(self) -> dict[str, Any]:
         """Triton's logging extension: the settings every replica follows."""
-        return await self.repository.log_settings()
+        return await self.settings.log_settings()
 
     async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Apply ``changes`` everywhere; the new settings (Triton's errors for bad ones)."""
-        return await self.repository.update_log_settings(changes)
+        return await self.settings.update_log_settings(changes)
 
     async def trace_settings(
         self, model: str | None, changes: dict[str, Any] | None
     ) -> dict[str, Any]:
         """Triton's trace extension: the server's (``model`` None) or a model's settings,
         changed first when ``changes`` is given (Triton's errors for bad ones)."""
-        return await self.repository.trace_settings(model, changes)
+        return await self.settings.trace_settings(model, changes)
 
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
         """Triton's repository ``load``; errors as Triton answers them."""

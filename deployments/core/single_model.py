@@ -26,6 +26,7 @@ from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, backend_c
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+from repo_adapter.model_state import ModelState, VersionState, VersionStates
 from repo_adapter.request_validation import RequestValidator, model_not_found, reshaped
 from repo_adapter.warmup import run_warmup
 
@@ -139,10 +140,10 @@ class SingleModel:
             StatusCode.UNAVAILABLE,
         )
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> VersionStates:
         """Per-version state for the repository index: READY or UNAVAILABLE with reason."""
-        states = {str(v): {"state": "READY", "reason": ""} for v in self.runners}
-        states |= {str(v): {"state": "UNAVAILABLE", "reason": r} for v, r in self.errors.items()}
+        states = {str(v): VersionState(ModelState.READY) for v in self.runners}
+        states |= {str(v): VersionState(ModelState.UNAVAILABLE, r) for v, r in self.errors.items()}
         return states
 
     # ------------------------------------------------------------------ protocol API

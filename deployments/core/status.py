@@ -1,20 +1,36 @@
 """``rayton status``: the status document (models, versions, states, replicas) and its text.
 
-Ray-free: the repository controller fills it from the repository index and the replicas'
-:func:`~deployments.apps.replica_info.replica_info`; ``rayton status`` prints it.
+Ray-free: the repository controller fills it from the repository index and each replica's
+:class:`ReplicaInfo`; ``rayton status`` prints it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """Where one replica runs: its Serve id and deployment, node, the GPU ids Ray gave it and
+    the devices it sees (a pinned replica sees its pinned GPU), its pid, the models it holds."""
+
+    replica: str
+    deployment: str
+    node_id: str
+    node_ip: str
+    gpu_ids: list[str] = field(default_factory=list)
+    cuda_visible_devices: str = ""
+    pid: int = 0
+    models: list[str] = field(default_factory=list)
 
 
 def status_document(
     repository: str,
     control_mode: str,
     index: Iterable[dict[str, Any]],
-    replicas: Iterable[dict[str, Any]],
+    replicas: Iterable[ReplicaInfo],
 ) -> dict[str, Any]:
     """One entry per model of the index: its versions (state, reason) and its replicas."""
     models: dict[str, dict[str, Any]] = {}
@@ -23,8 +39,8 @@ def status_document(
         if "version" in entry:
             model["versions"].append({k: entry.get(k, "") for k in ("version", "state", "reason")})
     for info in replicas:
-        where = {key: value for key, value in info.items() if key != "models"}
-        for name in info.get("models", []):
+        where = {key: value for key, value in asdict(info).items() if key != "models"}
+        for name in info.models:
             if name in models:
                 models[name]["replicas"].append(where)
     return {"repository": repository, "model_control_mode": control_mode, "models": models}

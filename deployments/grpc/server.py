@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from deployments.core.server_core import ModelCalls, Repository, ServerCore
+from deployments.core.server_core import ServerCore
 from deployments.grpc.servicer import TritonGrpcServicer, add_servicer_to_server, health_handler
 
 logger = logging.getLogger(__name__)
@@ -51,17 +51,14 @@ class GrpcSpec:
 
 async def start_grpc_server(
     spec: GrpcSpec,
-    models: ModelCalls,
-    repository: Repository,
+    core: ServerCore,
     bind_wait_s: float = BIND_WAIT_S,
 ) -> tuple[grpc.aio.Server, TritonGrpcServicer]:
-    """A started ``grpc.aio`` server answering ``inference.GRPCInferenceService``.
-
-    ``models`` reaches the model deployments, ``repository`` the repository's owner. Must run
-    on the event loop that will serve it.
+    """A started ``grpc.aio`` server answering ``inference.GRPCInferenceService`` with the
+    server's protocol logic ``core``. Must run on the event loop that will serve it.
     Raises RuntimeError when the address cannot be bound within ``bind_wait_s`` (port in use).
     """
-    servicer = TritonGrpcServicer(ServerCore(models, repository))
+    servicer = TritonGrpcServicer(core)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + bind_wait_s
     while True:

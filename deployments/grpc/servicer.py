@@ -91,10 +91,18 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         await self._require_deployed(route.model_name, version, "infer")
         return await self.core.infer_wire(route.model_name, message, stream)
 
-    async def _model_call(self, model: str, version: str, method: str, action: str) -> Any:
+    async def _model_call(
+        self,
+        model: str,
+        version: str,
+        call: Callable[[str, str], Awaitable[Any]],
+        action: str,
+    ) -> Any:
+        """``call(model, version)`` (a :class:`ServerCore` model method) for a deployed model;
+        ``action`` names the request kind for Triton's error when it is not deployed."""
         version = codec.parse_model_version(version)
         await self._require_deployed(model, version, action)
-        return await self.core.call(model, method, version)
+        return await call(model, version)
 
     # ------------------------------------------------------------------ health and metadata
 
@@ -113,7 +121,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         version = codec.parse_model_version(request.version)
         if not await self.core.is_deployed(request.name):
             return pb.ModelReadyResponse(ready=False)
-        ready = await self.core.call(request.name, "is_ready", version)
+        ready = await self.core.model_ready(request.name, version)
         return pb.ModelReadyResponse(ready=bool(ready))
 
     @_rpc
@@ -126,12 +134,16 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context
     ) -> pb.ModelMetadataResponse:
-        metadata = await self._model_call(request.name, request.version, "metadata", "")
+        metadata = await self._model_call(
+            request.name, request.version, self.core.model_metadata, ""
+        )
         return codec.model_metadata_response(metadata)
 
     @_rpc
     async def ModelConfig(self, request: pb.ModelConfigRequest, context) -> pb.ModelConfigResponse:
-        config = await self._model_call(request.name, request.version, "model_config", "config")
+        config = await self._model_call(
+            request.name, request.version, self.core.model_config, "config"
+        )
         return codec.model_config_response(config)
 
     @_rpc
@@ -141,7 +153,9 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if not request.name:
             codec.parse_model_version(request.version)
             return codec.statistics_response(await self.core.all_statistics())
-        entries = await self._model_call(request.name, request.version, "statistics", "stats")
+        entries = await self._model_call(
+            request.name, request.version, self.core.model_statistics, "stats"
+        )
         return codec.statistics_response(entries)
 
     # ------------------------------------------------------------------ inference

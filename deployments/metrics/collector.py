@@ -1,9 +1,8 @@
 """What ``/metrics`` shows: every replica's model counters and custom metrics, and the node's
 CPU and GPU gauges, as Triton's families.
 
-Ray-free: :class:`MetricsCollector` gets an awaitable that returns one snapshot per replica
-(``{"versions": [...], "custom": [...]}``, see :meth:`deployments.core.model_slot.ModelSlot.
-metrics`); the deployment (:mod:`deployments.apps.metrics_deployment`) gathers them over Serve.
+Ray-free: :class:`MetricsCollector` gets an awaitable that returns one :class:`MetricsSnapshot`
+per replica; the deployment (:mod:`deployments.apps.metrics_deployment`) gathers them over Serve.
 Model counters are fetched at each scrape (so they match the statistics extension at that
 moment); CPU and GPU gauges are sampled every ``metrics_interval_ms``, as Triton does.
 """
@@ -11,6 +10,7 @@ moment); CPU and GPU gauges are sampled every ``metrics_interval_ms``, as Triton
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from deployments.metrics.custom import custom_families, merge_custom
@@ -25,7 +25,17 @@ from deployments.metrics.system import (
     memory_bytes,
 )
 
-ReplicaSnapshots = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+@dataclass
+class MetricsSnapshot:
+    """One replica's metric counters: each served version's (see :meth:`deployments.core.
+    model_slot.ModelSlot.metrics`) and its python models' own families (``collect_metrics``)."""
+
+    versions: list[dict[str, Any]] = field(default_factory=list)
+    custom: list[dict[str, Any]] = field(default_factory=list)
+
+
+ReplicaSnapshots = Callable[[], Awaitable[list[MetricsSnapshot]]]
 
 
 class MetricsCollector:
@@ -57,8 +67,8 @@ class MetricsCollector:
     async def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(merged model versions, merged custom families) over every replica now."""
         replicas = await self._fetch()
-        versions = merge_versions(v for replica in replicas for v in replica.get("versions", []))
-        custom = merge_custom(replica.get("custom", []) for replica in replicas)
+        versions = merge_versions(v for replica in replicas for v in replica.versions)
+        custom = merge_custom(replica.custom for replica in replicas)
         return versions, custom
 
     async def families(self) -> list[Family]:

@@ -62,7 +62,21 @@ class ModelVersion:
         return self.version_dir / self.config.default_model_filename
 
 
-ExecuteResult = list["InferResponse | InferenceServerError"]
+@dataclass
+class Execution(Sequence["InferResponse | InferenceServerError"]):
+    """What one batch's execution gave: a response or an error per request, in order, and
+    how long the backend spent gathering inputs and in the model itself (None: it measured no
+    phases, and the batcher counts the whole execution as inference). It reads as the sequence
+    of its results."""
+
+    results: list[InferResponse | InferenceServerError]
+    compute: ComputeTimes | None = None
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.results[index]
+
+    def __len__(self) -> int:
+        return len(self.results)
 
 
 class BatchChain(Protocol):
@@ -76,9 +90,7 @@ class BatchChain(Protocol):
     def next_batch(self) -> Sequence[InferRequest]:
         """The batch to run now, formed by the scheduler's rule; empty when none is due."""
 
-    def finished(
-        self, requests: Sequence[InferRequest], outcome: ExecuteResult | Exception
-    ) -> None:
+    def finished(self, requests: Sequence[InferRequest], outcome: Execution | Exception) -> None:
         """Hand back one executed batch: its results, or what it raised."""
 
 
@@ -120,7 +132,7 @@ class Backend(abc.ABC):
         """Load the model; raise :class:`InferenceServerError` (UNAVAILABLE) on failure."""
 
     @abc.abstractmethod
-    async def execute(self, requests: Sequence[InferRequest]) -> ExecuteResult:
+    async def execute(self, requests: Sequence[InferRequest]) -> Execution:
         """Run one batch; one response or per-request error per request, in order.
 
         Raising fails the whole batch (Triton reports INTERNAL to every request).
@@ -172,7 +184,7 @@ class TensorBackend(Backend):
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Forward pass: batched inputs by config name -> outputs by config name."""
 
-    async def execute(self, requests: Sequence[InferRequest]) -> ExecuteResult:
+    async def execute(self, requests: Sequence[InferRequest]) -> Execution:
         requests = list(requests)
         if self._runs_inline(requests):
             return self._execute_timed(requests)
@@ -195,7 +207,7 @@ class TensorBackend(Backend):
         gathered = self._gather(requests)
         while requests:
             try:
-                outcome: ExecuteResult | Exception = self._execute_timed(requests, gathered)
+                outcome: Execution | Exception = self._execute_timed(requests, gathered)
             except Exception as err:  # the scheduler fails the batch with it
                 outcome = err
             # A short batch not marked for the thread belongs inline on the loop (a thread hop
@@ -215,7 +227,7 @@ class TensorBackend(Backend):
 
     def _execute_timed(
         self, requests: list[InferRequest], gathered: _GatheredBatch | None = None
-    ) -> ExecuteResult:
+    ) -> Execution:
         start = time.perf_counter()
         try:
             if gathered is None:
@@ -248,9 +260,7 @@ class TensorBackend(Backend):
             inputs, error = {}, err
         return _GatheredBatch(rows, inputs, error, time.monotonic_ns() - start)
 
-    def _run_gathered(
-        self, requests: list[InferRequest], gathered: _GatheredBatch
-    ) -> ExecuteResult:
+    def _run_gathered(self, requests: list[InferRequest], gathered: _GatheredBatch) -> Execution:
         if gathered.error is not None:
             raise gathered.error
         infer_start = time.monotonic_ns()
@@ -258,7 +268,7 @@ class TensorBackend(Backend):
         infer_end = time.monotonic_ns()
         batching = self.config.max_batch_size > 0
         results = self._scatter_outputs(requests, outputs, gathered.rows, batching)
-        return report_compute(results, ComputeTimes(gathered.input_ns, infer_end - infer_start, 0))
+        return Execution(results, ComputeTimes(gathered.input_ns, infer_end - infer_start, 0))
 
     def _gather_inputs(self, requests: list[InferRequest], batching: bool) -> dict[str, np.ndarray]:
         gathered: dict[str, np.ndarray] = {}
@@ -286,7 +296,7 @@ class TensorBackend(Backend):
         outputs: dict[str, np.ndarray],
         rows: list[int],
         batching: bool,
-    ) -> ExecuteResult:
+    ) -> Execution:
         tensors: dict[str, tuple[str, list[np.ndarray]]] = {}
         offsets = np.cumsum([0, *rows])
         for name, cfg in self._output_configs.items():
@@ -317,13 +327,13 @@ class TensorBackend(Backend):
 
 
 async def run_one_batch(
-    execute: Callable[[Sequence[InferRequest]], Awaitable[ExecuteResult]],
+    execute: Callable[[Sequence[InferRequest]], Awaitable[Execution]],
     requests: Sequence[InferRequest],
     chain: BatchChain,
 ) -> None:
     """Run one batch with ``execute`` and report it to ``chain``."""
     try:
-        outcome: ExecuteResult | Exception = await execute(requests)
+        outcome: Execution | Exception = await execute(requests)
     except Exception as err:  # the scheduler fails the batch with it
         outcome = err
     chain.finished(requests, outcome)
@@ -338,20 +348,6 @@ class _GatheredBatch:
     inputs: dict[str, np.ndarray]
     error: Exception | None
     input_ns: int
-
-
-class TimedResults(list):
-    """An execution's results, with how long it spent gathering inputs and in the model
-    itself (``compute.input_ns``, ``compute.infer_ns``), failed requests included."""
-
-    compute: ComputeTimes
-
-
-def report_compute(results: ExecuteResult, phases: ComputeTimes) -> TimedResults:
-    """``results`` as the batcher reads them: it counts the rest of the execution as output."""
-    timed = TimedResults(results)
-    timed.compute = phases
-    return timed
 
 
 def _request_rows(request: InferRequest) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.errors import ModelConfigError
+from repo_adapter.version_dirs import available_versions
 
 DEFAULT_MAX_BATCH_SIZE = 4  # tritonserver's --backend-config default-max-batch-size
 
@@ -31,7 +32,6 @@ def autocomplete_file(
 ) -> Path | None:
     """The model path of the newest version the version policy serves (the one Triton's
     default policy loads and completes from); None without a version."""
-    from repo_adapter.repository import available_versions  # avoids an import cycle
 
     versions = available_versions(model_dir)
     if config.version_policy.HasField("specific"):

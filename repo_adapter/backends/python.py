@@ -33,10 +33,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.backends.base import (
     Backend,
-    ExecuteResult,
+    Execution,
     InstanceSpec,
     ModelVersion,
-    report_compute,
 )
 from repo_adapter.config import config_to_json_dict, config_to_json_text
 from repo_adapter.datatypes import config_to_protocol
@@ -56,6 +55,7 @@ from repo_adapter.python_backend.inference import (
 )
 from repo_adapter.python_backend.model_config import ModelConfig
 from repo_adapter.python_backend.triton_error import TritonModelException
+from repo_adapter.version_dirs import available_versions
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,6 @@ class PythonBackend(Backend):
             ModelConfigError: for an unreadable or broken model.py, a failing hook, or a result
                 that is not a valid configuration.
         """
-        from repo_adapter.repository import available_versions  # repository imports backends
 
         versions = available_versions(model_dir)
         if not versions:
@@ -246,7 +245,7 @@ class PythonBackend(Backend):
     # -----------------------------------------------------------------------------------------
     # execute
 
-    async def execute(self, requests: Sequence[InferRequest]) -> ExecuteResult:
+    async def execute(self, requests: Sequence[InferRequest]) -> Execution:
         """Run ``TritonPythonModel.execute`` on the list of requests; one result per request.
 
         A failing ``execute`` (an exception, or a return that breaks Triton's rules) fails
@@ -297,7 +296,7 @@ class PythonBackend(Backend):
                 await self._result(pb_requests[i], request, outcomes[i])
                 for i, request in enumerate(requests)
             ]
-            return report_compute(results, ComputeTimes(infer_start - start, infer_ns, 0))
+            return Execution(results, ComputeTimes(infer_start - start, infer_ns, 0))
         except asyncio.CancelledError:
             # The caller gave up: let is_cancelled() tell a still-running execute.
             for pb_request in pb_requests:

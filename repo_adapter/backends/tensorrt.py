@@ -22,6 +22,7 @@ from repo_adapter.backends.gpu_memory import (
 )
 from repo_adapter.datatypes import BF16_DTYPE
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
+from repo_adapter.version_dirs import available_versions
 
 # TensorRT DataType name -> (config data type, torch dtype name)
 _TRT_TYPES = {
@@ -72,7 +73,6 @@ class TensorRTBackend(TensorBackend):
             trt, _ = _runtime(config.name)
         except InferenceServerError:
             return  # load() reports the missing runtime or GPU
-        from repo_adapter.repository import available_versions  # avoids an import cycle
 
         versions = available_versions(model_dir)
         filename = config.default_model_filename or "model.plan"

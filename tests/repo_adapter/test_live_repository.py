@@ -9,6 +9,7 @@ import pytest
 
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.live_repository import LiveRepository, load_failed_error
+from repo_adapter.model_state import ModelState, VersionState
 from tests.support.live_models import write_adder, write_chain
 
 
@@ -27,7 +28,7 @@ def load(repository: LiveRepository, name: str, config: str | None = None) -> No
         repository.load_succeeded(
             model.name,
             generation,
-            {str(v): {"state": "READY", "reason": ""} for v in model.versions},
+            {str(v): VersionState(ModelState.READY) for v in model.versions},
         )
 
 
@@ -152,8 +153,8 @@ def test_a_failed_load_is_retried_only_when_its_files_change(root):
 
 def test_load_failed_error_reads_like_triton():
     versions = {
-        "1": {"state": "UNAVAILABLE", "reason": "one"},
-        "2": {"state": "UNAVAILABLE", "reason": "two"},
+        "1": VersionState(ModelState.UNAVAILABLE, "one"),
+        "2": VersionState(ModelState.UNAVAILABLE, "two"),
     }
     error = load_failed_error("m", versions, "")
     assert error.code is StatusCode.INVALID_ARG

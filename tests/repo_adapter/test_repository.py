@@ -16,11 +16,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import ModelConfigError
 from repo_adapter.repository import (
-    available_versions,
     scan_model,
     scan_repository,
     select_versions,
 )
+from repo_adapter.version_dirs import available_versions
 from tests.repo_adapter.backend_stubs import python_backend_or_stub
 from tests.support.requirements import missing
 

@@ -1,15 +1,13 @@
 """A repository served in this process: real models, the real repository state, no Ray.
 
-:class:`InProcessRepository` implements both protocols :class:`ServerCore` needs
-(``Repository`` and ``ModelCalls``) over a :class:`LiveRepository` and real
+:class:`InProcessRepository` implements the three protocols :class:`ServerCore` needs
+(``Repository``, ``RuntimeSettings`` and ``ModelCalls``) over a :class:`LiveRepository` and real
 :class:`SingleModel` objects, so the server-wide protocol logic runs in unit tests exactly as
 it runs over the repository controller and deployment handles in a cluster.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from deployments.core.log_settings import LogSettings
 from deployments.core.server_core import RepositoryView
 from deployments.core.single_model import SingleModel
 from deployments.core.status import status_document
+from deployments.grpc.model_infer import infer_serialized
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.live_repository import LiveRepository, load_failed_error
 from repo_adapter.request_validation import model_not_found
@@ -97,14 +96,32 @@ class InProcessRepository:
 
     # ------------------------------------------------------------------ ModelCalls
 
-    async def call(self, model: str, method: str, *args: Any, timeout_s: float | None = None):
+    def _loaded(self, model: str) -> SingleModel:
         loaded = self.models.get(model)
         if loaded is None:
             raise model_not_found(model)
-        result = getattr(loaded, method)(*args)
-        if inspect.isawaitable(result):
-            result = await asyncio.wait_for(result, timeout_s)
-        return result
+        return loaded
+
+    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
+        return await infer_serialized(self._loaded(model).infer, message, stream)
+
+    async def metadata(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        return self._loaded(model).metadata(version)
+
+    async def model_config(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        return self._loaded(model).model_config(version)
+
+    async def is_ready(self, model: str, version: str = "", timeout_s: float | None = None) -> bool:
+        return self._loaded(model).is_ready(version)
+
+    async def statistics(
+        self, model: str, version: str = "", timeout_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        return self._loaded(model).statistics(version)
 
     def forget(self, model: str) -> None:
         pass  # nothing cached

@@ -51,7 +51,7 @@ from deployments.core.statistics import (
     RequestOutcome,
     VersionStatistics,
 )
-from repo_adapter.backends.base import BatchChain, ExecuteResult, run_one_batch
+from repo_adapter.backends.base import BatchChain, Execution, run_one_batch
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse
 from repo_adapter.request_trace import BACKEND_OUTPUT, QUEUE_INPUT, RequestTrace
@@ -235,7 +235,7 @@ class DynamicBatcher:
     def _complete(
         self,
         batch: list[PendingRequest],
-        outcome: ExecuteResult | Exception,
+        outcome: Execution | Exception,
         start_ns: int,
         executed_ns: int,
     ) -> None:
@@ -244,8 +244,8 @@ class DynamicBatcher:
         if isinstance(outcome, Exception):
             results = self._failed_batch(outcome, len(batch))
         else:
-            phases = getattr(outcome, "compute", None)  # backends' report_compute
-            results = list(outcome)
+            phases = outcome.compute
+            results = list(outcome.results)
             if len(results) != len(batch):
                 error = InferenceServerError(
                     f"backend returned {len(results)} responses for {len(batch)} requests",
@@ -316,9 +316,7 @@ class _InstanceChain:
     def next_batch(self) -> list[InferRequest]:
         return self.take(self._batcher._take_batch())
 
-    def finished(
-        self, requests: Sequence[InferRequest], outcome: ExecuteResult | Exception
-    ) -> None:
+    def finished(self, requests: Sequence[InferRequest], outcome: Execution | Exception) -> None:
         batch, start_ns = self._running.popleft()
         self._on_loop(self._batcher._complete, batch, outcome, start_ns, time.monotonic_ns())
 
@@ -332,7 +330,7 @@ class _InstanceChain:
 
 def _timing(start_ns: int, executed_ns: int, phases: ComputeTimes | None) -> ExecutionTiming:
     """The execution's phases: gathering inputs and the model itself as the backend measured
-    them (``report_compute``); the rest, scattering outputs included, is compute output. A
+    them (:attr:`Execution.compute`); the rest, scattering outputs included, is compute output. A
     backend that reports nothing (or raised) counts as all inference."""
     end_ns = time.monotonic_ns()
     if phases is None:

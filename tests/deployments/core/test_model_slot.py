@@ -11,6 +11,7 @@ import pytest
 from deployments.core.model_slot import ModelSlot
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferTensor
+from repo_adapter.model_state import ModelState, VersionState
 from tests.support.live_models import model_builder, write_adder
 
 
@@ -44,7 +45,7 @@ async def test_first_load_is_awaited_then_reloads_swap_without_a_gap(tmp_path):
             break
         await asyncio.sleep(0.02)
     assert slot.status().generation == "g2" and await answer(slot) == 6.0
-    assert slot.state() == {"2": {"state": "READY", "reason": ""}}
+    assert slot.state() == {"2": VersionState(ModelState.READY)}
     await slot.close()
 
 

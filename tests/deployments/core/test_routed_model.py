@@ -10,13 +10,14 @@ from deployments.core.routed_model import GroupRoute, RoutedModel
 from repo_adapter.config import normalize_config, parse_config_text
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.model_state import ModelState, VersionState
 
 CONFIG = """
 name: "m" backend: "python" max_batch_size: 8
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
-READY = {"state": "READY", "reason": ""}
+READY = VersionState(ModelState.READY)
 
 
 def _config():
@@ -58,11 +59,11 @@ async def test_requests_go_to_the_group_with_the_fewest_in_flight_per_replica():
 def test_a_version_is_ready_once_every_reporting_replica_has_it():
     model = RoutedModel(_config(), [1], [GroupRoute("g", 1, _Group().infer)])
     assert not model.is_ready()
-    assert model.state()["1"]["state"] == "UNAVAILABLE"
+    assert model.state()["1"].state is ModelState.UNAVAILABLE
     model.update_states([{"1": READY}, {"1": READY}])
     assert model.is_ready() and model.is_ready("1")
     assert model.metadata()["versions"] == ["1"]
-    failed = {"state": "UNAVAILABLE", "reason": "CUDA out of memory"}
+    failed = VersionState(ModelState.UNAVAILABLE, "CUDA out of memory")
     model.update_states([{"1": READY}, {"1": failed}])
     assert model.state()["1"] == failed
     with pytest.raises(InferenceServerError) as raised:

@@ -35,7 +35,7 @@ def repository(tmp_path):
 @pytest.fixture
 def core(repository):
     models = InProcessRepository(repository)
-    server = ServerCore(models, models)
+    server = ServerCore(models, models, models)
     for name in ("batch_recorder", "broken"):
         with contextlib.suppress(InferenceServerError):
             asyncio.run(models.load(name))

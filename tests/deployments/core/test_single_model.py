@@ -17,6 +17,7 @@ from deployments.core.single_model import SingleModel
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferTensor, RequestedOutput
+from repo_adapter.model_state import ModelState, VersionState
 from repo_adapter.repository import scan_model
 from tests.support.live_models import write_warm_model
 
@@ -94,7 +95,7 @@ def test_metadata_config_and_state(recorder):
     assert metadata["versions"] == ["1"]
     assert metadata["inputs"] == [{"name": "IN", "datatype": "FP32", "shape": [-1, 2]}]
     assert recorder.model_config()["max_batch_size"] == 8
-    assert recorder.state() == {"1": {"state": "READY", "reason": ""}}
+    assert recorder.state() == {"1": VersionState(ModelState.READY)}
 
 
 async def test_a_version_that_fails_to_load_is_unavailable_with_its_reason(tmp_path):
@@ -104,7 +105,7 @@ async def test_a_version_that_fails_to_load_is_unavailable_with_its_reason(tmp_p
     try:
         assert not model.is_ready()
         state = model.state()["1"]
-        assert state["state"] == "UNAVAILABLE" and state["reason"]
+        assert state.state is ModelState.UNAVAILABLE and state.reason
         with pytest.raises(InferenceServerError) as err:
             await model.infer(InferRequest("init_raises", []))
         assert err.value.code == StatusCode.UNAVAILABLE
@@ -130,7 +131,7 @@ async def test_a_version_is_ready_only_after_its_warmup_and_fails_with_it(tmp_pa
     failed = SingleModel(bad.config, bad.path, bad.versions, {}, InstanceSpec.cpu("warm"))
     assert failed.ready_versions == []
     (state,) = failed.state().values()
-    assert state["state"] == "UNAVAILABLE" and "warmup 'zeros'" in state["reason"]
+    assert state.state is ModelState.UNAVAILABLE and "warmup 'zeros'" in state.reason
 
 
 async def test_reshapes_with_variable_dimensions_follow_cores_rule(tmp_path):

@@ -1,36 +1,40 @@
-from deployments.core.status import format_status, status_document
+from dataclasses import asdict
+
+from deployments.core.status import ReplicaInfo, format_status, status_document
 
 INDEX = [
     {"name": "add_sub", "version": "1", "state": "READY", "reason": ""},
     {"name": "broken", "version": "1", "state": "UNAVAILABLE", "reason": "init exploded"},
     {"name": "later"},  # in the repository, never loaded (explicit mode)
 ]
-REPLICA = {
-    "replica": "abc123",
-    "node_id": "f" * 40,
-    "node_ip": "127.0.0.1",
-    "gpu_ids": ["0"],
-    "pid": 4242,
-}
+REPLICA = ReplicaInfo(
+    replica="abc123",
+    deployment="models",
+    node_id="f" * 40,
+    node_ip="127.0.0.1",
+    gpu_ids=["0"],
+    pid=4242,
+)
+
+
+def holding(*models: str) -> ReplicaInfo:
+    return ReplicaInfo(**{**asdict(REPLICA), "models": list(models)})
 
 
 def test_the_document_groups_versions_and_replicas_by_model():
-    document = status_document(
-        "/models", "explicit", INDEX, [REPLICA | {"models": ["add_sub", "gone"]}]
-    )
+    document = status_document("/models", "explicit", INDEX, [holding("add_sub", "gone")])
     assert document["model_control_mode"] == "explicit"
     models = document["models"]
     assert list(models) == ["add_sub", "broken", "later"]
     assert models["add_sub"]["versions"] == [{"version": "1", "state": "READY", "reason": ""}]
-    assert models["add_sub"]["replicas"] == [REPLICA]  # a model the index lacks is left out
+    where = {key: value for key, value in asdict(REPLICA).items() if key != "models"}
+    assert models["add_sub"]["replicas"] == [where]  # a model the index lacks is left out
     assert models["broken"]["versions"][0]["reason"] == "init exploded"
     assert models["later"] == {"versions": [], "replicas": []}
 
 
 def test_text_has_a_line_per_version_and_per_replica():
-    text = format_status(
-        status_document("/models", "none", INDEX, [REPLICA | {"models": ["add_sub"]}])
-    )
+    text = format_status(status_document("/models", "none", INDEX, [holding("add_sub")]))
     lines = text.splitlines()
     assert lines[0] == "repository /models (model control mode none)"
     assert lines[3].split() == ["add_sub", "1", "READY", "1"]

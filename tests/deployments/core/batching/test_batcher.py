@@ -11,7 +11,7 @@ import pytest
 
 from deployments.core.batching import BatchPolicy, DynamicBatcher
 from deployments.core.statistics import VersionStatistics
-from repo_adapter.backends.base import report_compute
+from repo_adapter.backends.base import Execution
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
 from tests.deployments.core.batching.test_queue import make_policy
@@ -39,9 +39,12 @@ class Model:
         self.executions.append([r.inputs[0].data.shape[0] for r in requests])
         await self.release.wait()
         await asyncio.sleep(self.delay_s)
-        return [
-            InferResponse("m", "1", [InferTensor("Y", "FP32", r.inputs[0].data)]) for r in requests
-        ]
+        return Execution(
+            [
+                InferResponse("m", "1", [InferTensor("Y", "FP32", r.inputs[0].data)])
+                for r in requests
+            ]
+        )
 
 
 def batcher(model: Model, batch_policy: BatchPolicy) -> tuple[DynamicBatcher, VersionStatistics]:
@@ -108,7 +111,7 @@ async def test_a_failing_execution_fails_its_batch_and_not_the_next():
         calls.append(len(requests))
         if len(calls) == 1:
             raise RuntimeError("backend bug")
-        return [InferResponse("m", "1", []) for _ in requests]
+        return Execution([InferResponse("m", "1", []) for _ in requests])
 
     statistics = VersionStatistics("m", "1")
     run = DynamicBatcher("m_1", policy(), execute, statistics)
@@ -123,7 +126,8 @@ async def test_a_failing_execution_fails_its_batch_and_not_the_next():
 
 async def test_a_model_error_response_fails_the_request_but_counts_as_success():
     async def execute(requests):
-        return [ModelResponseError("negative input", StatusCode.INVALID_ARG) for _ in requests]
+        error = ModelResponseError("negative input", StatusCode.INVALID_ARG)
+        return Execution([error for _ in requests])
 
     statistics = VersionStatistics("m", "1")
     run = DynamicBatcher("m_1", policy(), execute, statistics)
@@ -275,7 +279,7 @@ async def test_the_backends_phases_split_compute_input_infer_and_output():
     async def reporting(requests):
         await asyncio.sleep(0.02)
         failed = InferenceServerError("a per-request failure", StatusCode.INTERNAL)
-        return report_compute([failed], ComputeTimes(input_ns=3_000_000, infer_ns=10_000_000))
+        return Execution([failed], ComputeTimes(input_ns=3_000_000, infer_ns=10_000_000))
 
     statistics = VersionStatistics("m", "1")
     run = DynamicBatcher("m_1", policy(), reporting, statistics)
@@ -313,10 +317,12 @@ class ThreadedInstance:
             if any(r.parameters.get("fail") for r in requests):
                 outcome = RuntimeError("boom")
             else:
-                outcome = [
-                    InferResponse("m", "1", [InferTensor("Y", "FP32", r.inputs[0].data)])
-                    for r in requests
-                ]
+                outcome = Execution(
+                    [
+                        InferResponse("m", "1", [InferTensor("Y", "FP32", r.inputs[0].data)])
+                        for r in requests
+                    ]
+                )
             chain.finished(requests, outcome)
             requests = list(chain.next_batch())
 

@@ -1,0 +1,132 @@
+"""The Serve applications the repository controller deploys for a model: its own application
+(one deployment, or a router in front of a deployment per replica group), or its entry in the
+shared host's application.
+
+Used by the controller (``rayton serve``) and by :mod:`deployments.apps.builders` (the
+``import_path`` targets of a Serve config), so both deploy a model the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from cluster.placement import GRACEFUL_SHUTDOWN_TIMEOUT_S, ReplicaGroup, placement_for
+from cluster.resources import node_resources
+from cluster.serve_internals import set_code_version
+from deployments.apps.ensemble_deployment import EnsembleSpec, TritonEnsemble
+from deployments.apps.host_deployment import HOST_DEPLOYMENT_NAME, TritonModelHost, hosted_entry
+from deployments.apps.model_deployment import ModelSpec, TritonModel
+from deployments.apps.router_deployment import RouterSpec, TritonModelRouter
+from deployments.core.server_core import SERVER_VERSION
+from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
+from repo_adapter.errors import InferenceServerError
+from repo_adapter.repository import RepositoryModel
+
+# Serve restarts replicas when a deployment's code version changes and reconfigures them in
+# place when only ``user_config`` does. Imperative deploys get a random code version unless one
+# is set, and the public option for it was removed; a model's replicas take everything that
+# varies from ``user_config``, so a fixed version per rayton release makes a reload an in-place
+# reconfigure and a count change a rescale (see deployments/core/model_slot.py).
+MODEL_CODE_VERSION = f"rayton-model-{SERVER_VERSION}"
+# A restart that does happen (new resources) starts the new replicas before the old stop.
+SURGE_PERCENT = 100
+# Requests one host replica holds at once, over all its models (each model's batcher has its
+# own queue behind it).
+HOST_MAX_ONGOING_REQUESTS = 1024
+
+
+def model_application(
+    model: RepositoryModel,
+    generation: str = "",
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+    nodes: list[dict[str, float]] | None = None,
+) -> Application:
+    """The Serve application of one scanned, available model (single model or ensemble) on a
+    cluster of ``nodes`` (:func:`cluster.resources.node_resources`; None: ask Ray)."""
+    try:
+        placement = placement_for(model.config, node_resources() if nodes is None else nodes)
+    except ValueError as err:
+        raise InferenceServerError(f"model '{model.name}': {err}") from None
+    if model.is_ensemble:
+        spec = _spec(model, generation)
+        return _versioned(
+            TritonEnsemble.options(
+                name=model.name, user_config=spec.to_user_config(), **_options(placement.only)
+            )
+        ).bind(model.name, max_input_size)
+    groups = {
+        group.name: _versioned(
+            TritonModel.options(
+                name=group.name,
+                user_config=_model_spec(model, group, generation).to_user_config(),
+                **_options(group),
+            )
+        ).bind(model.name, max_input_size)
+        for group in placement.groups
+    }
+    if not placement.routed:
+        return groups[model.name]
+    assert model.config is not None
+    router_spec = RouterSpec(
+        model.name,
+        model.config.SerializeToString(),
+        list(model.versions),
+        {g.name: g.num_replicas for g in placement.groups},
+        generation,
+    )
+    router = TritonModelRouter.options(
+        name=model.name, user_config=router_spec.to_user_config(), **placement.router_options()
+    )
+    # The groups are bound as arguments so Serve deploys them in this application.
+    return _versioned(router).bind(model.name, max_input_size, *groups.values())
+
+
+def _options(group: ReplicaGroup) -> dict[str, Any]:
+    return group.deployment_options() | {"max_surge_percent": SURGE_PERCENT}
+
+
+def _versioned(deployment: Any) -> Any:
+    return set_code_version(deployment, MODEL_CODE_VERSION)
+
+
+def _model_spec(model: RepositoryModel, group: ReplicaGroup, generation: str) -> ModelSpec:
+    return ModelSpec.from_repository_model(
+        model,
+        group.instance_kind,
+        group.group_name,
+        generation,
+        pinned_gpu=group.pinned_gpu,
+        gpu_memory_fraction=group.gpu_memory_fraction,
+    )
+
+
+def _spec(model: RepositoryModel, generation: str) -> ModelSpec | EnsembleSpec:
+    if model.is_ensemble:
+        return EnsembleSpec(
+            model.name, model.config.SerializeToString(), model.versions, model.labels, generation
+        )
+    # Hosted models run on CPU in the host's process: their first group names the instances.
+    return _model_spec(model, placement_for(model.config).groups[0], generation)
+
+
+def hosted_model_entry(model: RepositoryModel, generation: str) -> dict[str, Any]:
+    """One model of the shared host's ``user_config``."""
+    return hosted_entry(_spec(model, generation))
+
+
+def host_application(
+    hosted: dict[str, dict[str, Any]], max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+) -> Application:
+    """The shared host serving ``hosted`` (``hosted_model_entry`` by model name)."""
+    deployment = TritonModelHost.options(
+        name=HOST_DEPLOYMENT_NAME,
+        user_config={"models": hosted},
+        num_replicas=1,
+        max_ongoing_requests=HOST_MAX_ONGOING_REQUESTS,
+        graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_TIMEOUT_S,
+        max_surge_percent=SURGE_PERCENT,
+        ray_actor_options={"num_cpus": 0},
+    )
+    return _versioned(deployment).bind(max_input_size)

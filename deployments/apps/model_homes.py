@@ -1,0 +1,256 @@
+"""Where a served model's replicas live, one object per kind, each with the same operations.
+
+A model lives in one of three homes:
+
+* :class:`OwnApplication`: a Serve application of its own, named after the model, with one
+  deployment (a single model or an ensemble);
+* :class:`RoutedGroups`: an application of its own whose router (named after the model) sends
+  requests to a deployment per replica group (a model whose groups need different resources,
+  see :mod:`cluster.placement`);
+* :class:`SharedHost`: the shared host application, whose replicas serve many CPU models.
+
+The repository controller picks the home from the model's placement and then only calls the
+home's operations: deploy, wait until loaded, remove, wait until removed, and the deployments
+whose replicas hold the model (for log and trace settings, metrics and ``rayton status``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.placement import ModelPlacement
+from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME
+from deployments.apps.host_deployment import HOST_ROUTE_PREFIX
+from deployments.apps.model_applications import (
+    host_application,
+    hosted_model_entry,
+    model_application,
+)
+from deployments.apps.model_apps import (
+    DeployTarget,
+    LoadOutcome,
+    ServeModelApps,
+    same_states,
+    settled,
+)
+from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
+from repo_adapter.repository import RepositoryModel
+
+logger = logging.getLogger(__name__)
+
+ReplicaTarget = tuple[str, str]  # (deployment, application) whose replicas hold a model
+
+
+@dataclass
+class Placed:
+    """A model to deploy: the scan, the generation it loads, and where its replicas go."""
+
+    model: RepositoryModel
+    generation: str
+    placement: ModelPlacement
+    nodes: list[dict[str, float]] = field(default_factory=list)
+
+
+class ModelHome(ABC):
+    """One kind of home; what the controller does with the models it holds."""
+
+    def __init__(self, apps: ServeModelApps, max_input_size: int = DEFAULT_MAX_INPUT_SIZE):
+        self.apps = apps
+        self.max_input_size = max_input_size
+        self._held: dict[str, ModelPlacement] = {}  # model -> its placement when deployed
+
+    def holds(self, name: str) -> bool:
+        return name in self._held
+
+    def forget(self, name: str) -> None:
+        """Stop counting ``name`` as held here, leaving Serve as it is (the application it
+        is in now serves it another way)."""
+        self._held.pop(name, None)
+
+    @abstractmethod
+    def application(self, name: str) -> str:
+        """The Serve application that serves ``name`` here."""
+
+    @abstractmethod
+    async def deploy(self, placed: list[Placed]) -> None:
+        """Deploy (or update) ``placed`` without waiting for their replicas."""
+
+    @abstractmethod
+    async def wait_loaded(self, name: str, generation: str | None, timeout_s: float) -> LoadOutcome:
+        """Wait until every replica serves ``generation`` of ``name`` (None: any) or fails."""
+
+    @abstractmethod
+    async def remove(self, name: str) -> None:
+        """Stop serving ``name`` here (returns once the change is sent to Serve)."""
+
+    @abstractmethod
+    async def wait_removed(self, name: str, timeout_s: float) -> bool:
+        """Wait until no replica here holds ``name``; whether it happened in time."""
+
+    @abstractmethod
+    def replica_targets(self, name: str) -> list[ReplicaTarget]:
+        """The deployments whose replicas hold ``name``."""
+
+
+class OwnApplication(ModelHome):
+    """Models with a Serve application of their own, named after the model."""
+
+    async def deploy(self, placed: list[Placed]) -> None:
+        targets = []
+        for entry in placed:
+            name = entry.model.name
+            application = model_application(
+                entry.model, entry.generation, self.max_input_size, entry.nodes
+            )
+            targets.append(DeployTarget(name, application, f"/v2/models/{name}"))
+            self._held[name] = entry.placement
+        await self.apps.deploy(targets)
+
+    async def wait_loaded(self, name: str, generation: str | None, timeout_s: float) -> LoadOutcome:
+        async def outcome() -> LoadOutcome | None:
+            return settled(await self.apps.slot_statuses(name), generation)
+
+        return await self.apps.wait_loaded(name, outcome, timeout_s)
+
+    async def remove(self, name: str) -> None:
+        self._held.pop(name, None)
+        await self.apps.delete(name)
+
+    async def wait_removed(self, name: str, timeout_s: float) -> bool:
+        return await self.apps.wait_deleted(name, timeout_s)
+
+    def replica_targets(self, name: str) -> list[ReplicaTarget]:
+        return [(name, name)]
+
+    def application(self, name: str) -> str:
+        return name
+
+    async def serves(self, name: str) -> bool:
+        """Whether Serve runs an application for ``name`` (deployed by anyone)."""
+        status, _ = await self.apps.app_status(name)
+        return bool(status)
+
+
+class RoutedGroups(OwnApplication):
+    """Models whose own application is a router in front of a deployment per replica group:
+    the groups' replicas load the model, and the router must have seen them ready."""
+
+    def _groups(self, name: str) -> list[str]:
+        placement = self._held.get(name)
+        return [group.name for group in placement.groups] if placement is not None else []
+
+    async def wait_loaded(self, name: str, generation: str | None, timeout_s: float) -> LoadOutcome:
+        groups = self._groups(name)
+
+        async def outcome() -> LoadOutcome | None:
+            per_group = await asyncio.gather(
+                *(self.apps.slot_statuses(name, group) for group in groups)
+            )
+            if not all(per_group):
+                return None
+            found = settled([r for replicas in per_group for r in replicas], generation)
+            if found is None or not found.ok:
+                return found
+            routers = await self.apps.slot_statuses(name)
+            if not routers or any(not same_states(r.versions, found.versions) for r in routers):
+                return None  # the router has not seen its groups ready yet
+            return found
+
+        return await self.apps.wait_loaded(name, outcome, timeout_s)
+
+    def replica_targets(self, name: str) -> list[ReplicaTarget]:
+        return [(name, name), *((group, name) for group in self._groups(name))]
+
+
+class SharedHost(ModelHome):
+    """CPU models served together by the shared host application (its ``user_config`` holds
+    every hosted model; changing it reconfigures the running replicas in place)."""
+
+    def __init__(self, apps: ServeModelApps, max_input_size: int = DEFAULT_MAX_INPUT_SIZE):
+        super().__init__(apps, max_input_size)
+        self._entries: dict[str, dict[str, Any]] = {}  # the host's user_config, by model
+        # One deploy of the host at a time, each built from the entries as they are then: two
+        # concurrent deploys (an ensemble and its member unloading together) could reach Serve
+        # in either order and leave the older model set deployed.
+        self._deploys = asyncio.Lock()
+
+    async def deploy(self, placed: list[Placed]) -> None:
+        for entry in placed:
+            self._entries[entry.model.name] = hosted_model_entry(entry.model, entry.generation)
+            self._held[entry.model.name] = entry.placement
+        await self._deploy()
+
+    async def _deploy(self) -> None:
+        async with self._deploys:
+            host = host_application(self._entries, self.max_input_size)
+            await self.apps.deploy([DeployTarget(HOST_APP_NAME, host, HOST_ROUTE_PREFIX)])
+
+    async def wait_loaded(self, name: str, generation: str | None, timeout_s: float) -> LoadOutcome:
+        async def outcome() -> LoadOutcome | None:
+            return settled(await self.apps.hosted_statuses(name), generation)
+
+        return await self.apps.wait_loaded(HOST_APP_NAME, outcome, timeout_s)
+
+    async def remove(self, name: str) -> None:
+        self._held.pop(name, None)
+        if self._entries.pop(name, None) is not None:
+            await self._deploy()
+
+    async def wait_removed(self, name: str, timeout_s: float) -> bool:
+        return await self.apps.wait_unhosted(name, timeout_s)
+
+    def replica_targets(self, name: str) -> list[ReplicaTarget]:
+        return [(HOST_DEPLOYMENT_NAME, HOST_APP_NAME)]
+
+    def application(self, name: str) -> str:
+        return HOST_APP_NAME
+
+
+class ModelHomes:
+    """The three homes, and which one a model lives in."""
+
+    def __init__(
+        self,
+        apps: ServeModelApps,
+        max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+        share_cpu_models: bool = True,
+    ) -> None:
+        self.own = OwnApplication(apps, max_input_size)
+        self.routed = RoutedGroups(apps, max_input_size)
+        self.host = SharedHost(apps, max_input_size)
+        self._share_cpu_models = share_cpu_models
+
+    @property
+    def all(self) -> tuple[ModelHome, ...]:
+        return (self.own, self.routed, self.host)
+
+    def home_for(self, placement: ModelPlacement) -> ModelHome:
+        """Where a model placed so is deployed: CPU models with a fixed count in the shared
+        host when sharing is on (a GPU, autoscaled or isolated model, one with an environment
+        of its own, needs deployments of its own); else in an application of its own, behind
+        a router when its groups need different resources."""
+        if (
+            self._share_cpu_models
+            and not placement.uses_gpu
+            and not placement.isolated
+            and placement.groups[0].autoscaling_config is None
+        ):
+            return self.host
+        return self.routed if placement.routed else self.own
+
+    def home_of(self, name: str) -> ModelHome | None:
+        """The home holding ``name`` now (None: none of these deployed it)."""
+        return next((home for home in self.all if home.holds(name)), None)
+
+    def replica_targets(self, served: list[str]) -> list[ReplicaTarget]:
+        """The deployments whose replicas hold ``served`` (each once): a model this server did
+        not deploy (a Serve config owns it) has an application named after it."""
+        targets: dict[ReplicaTarget, None] = {}
+        for name in served:
+            home = self.home_of(name) or self.own
+            targets.update(dict.fromkeys(home.replica_targets(name)))
+        return list(targets)

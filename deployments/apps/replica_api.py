@@ -1,0 +1,74 @@
+"""What rayton's deployments call on each other's replicas: the two typed surfaces.
+
+:class:`ModelReplicaApi` is what every deployment that serves models offers (a dedicated
+model, a routed model's router and groups, an ensemble, the shared host): each call names the
+model, so one client (:class:`deployments.apps.handles.ModelHandles`) reaches a model the same
+way wherever it lives. :class:`ReplicaControlApi` is what the repository controller and the
+metrics deployment ask of every replica (:class:`deployments.apps.replica_control.
+ReplicaControl` implements it once for all of them).
+
+Callers name a method by its attribute here (``ReplicaControlApi.replica_info``), never by a
+string: a renamed method fails at import and in the tests, not at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from deployments.core.log_settings import LogSettings
+from deployments.core.model_slot import SlotStatus
+from deployments.core.status import ReplicaInfo
+from deployments.metrics.collector import MetricsSnapshot
+from repo_adapter.inference_types import InferRequest, InferResponse
+
+
+class ModelReplicaApi(Protocol):
+    """The calls a replica serving ``model`` answers (NOT_FOUND for a model it does not serve).
+
+    ``version`` is the request's version string (``""``: the model's policy default).
+    """
+
+    async def infer(self, model: str, request: InferRequest) -> InferResponse: ...
+
+    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
+        """A serialized ``ModelInferRequest`` -> its serialized response (gRPC frontend)."""
+        ...
+
+    def metadata(self, model: str, version: str = "") -> dict[str, Any]: ...
+
+    def model_config(self, model: str, version: str = "") -> dict[str, Any]: ...
+
+    def is_ready(self, model: str, version: str = "") -> bool: ...
+
+    async def statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+        """The model's statistics summed over every replica that serves it."""
+        ...
+
+    def local_statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+        """This replica's counters only."""
+        ...
+
+    def slot_status(self, model: str) -> SlotStatus:
+        """This replica's generation, pending load and version states of ``model``."""
+        ...
+
+
+class ReplicaControlApi(Protocol):
+    """What the control plane asks of every replica."""
+
+    def apply_log_settings(self, settings: LogSettings) -> None: ...
+
+    def apply_trace_settings(self, table: dict[str, Any]) -> None: ...
+
+    def replica_info(self) -> ReplicaInfo: ...
+
+    def metrics_snapshot(self) -> MetricsSnapshot: ...
+
+
+class SharedHostApi(Protocol):
+    """What the repository controller asks of the shared host's replicas besides a model's
+    calls."""
+
+    def hosted_statuses(self) -> dict[str, SlotStatus]:
+        """Every hosted model's slot status in this replica."""
+        ...

@@ -1,0 +1,102 @@
+"""The control surface of every rayton replica, written once and composed into each deployment.
+
+The repository controller and the metrics deployment ask every replica the same things
+(:class:`~deployments.apps.replica_api.ReplicaControlApi`): follow these log and trace
+settings, say where you run and what you hold, hand over your metric counters. A deployment
+class holds a :class:`ReplicaControl` built from what it serves and inherits
+:class:`ControlledReplica`, whose methods Serve exposes and which answer from that component.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from deployments.apps.log_control import adopt_log_settings
+from deployments.apps.log_control import apply_in_this_replica as apply_log_table
+from deployments.apps.replica_info import replica_info
+from deployments.apps.trace_control import adopt_trace_settings
+from deployments.apps.trace_control import apply_in_this_replica as apply_trace_table
+from deployments.core.log_settings import LogSettings
+from deployments.core.status import ReplicaInfo
+from deployments.core.tracing import TRACER
+from deployments.metrics.collector import MetricsSnapshot
+from repo_adapter.python_backend import collect_metrics
+
+VersionMetrics = Callable[[], list[dict[str, Any]]]
+
+
+def _no_metrics() -> list[dict[str, Any]]:
+    return []
+
+
+class ReplicaControl:
+    """One replica's answers to the control plane.
+
+    ``held_models()`` names the models this replica holds (for ``rayton status``);
+    ``version_metrics()`` returns their per-version counters; ``traces``: whether this replica
+    runs models and so follows the trace settings (the front deployments only log).
+    """
+
+    def __init__(
+        self,
+        held_models: Callable[[], list[str]],
+        version_metrics: VersionMetrics = _no_metrics,
+        traces: bool = True,
+    ) -> None:
+        self._held_models = held_models
+        self._version_metrics = version_metrics
+        self._traces = traces
+        self._adopting: asyncio.Task | None = None
+
+    def adopt_controller_settings(self) -> None:
+        """A starting replica takes the controller's settings (in the background: the
+        controller may itself be starting)."""
+        if self._adopting is None:
+            adopt = [adopt_log_settings(), *([adopt_trace_settings()] if self._traces else [])]
+            self._adopting = asyncio.get_running_loop().create_task(_gather(adopt))
+
+    def apply_log_settings(self, settings: LogSettings) -> None:
+        apply_log_table(settings)
+
+    def apply_trace_settings(self, table: dict[str, Any]) -> None:
+        apply_trace_table(table)
+
+    def replica_info(self) -> ReplicaInfo:
+        return replica_info(self._held_models())
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        return MetricsSnapshot(self._version_metrics(), collect_metrics())
+
+    async def close(self) -> None:
+        """Ship the traces still buffered (a replica stopping)."""
+        if self._traces:
+            await TRACER.flush()
+
+
+async def _gather(adopting: list) -> None:
+    await asyncio.gather(*adopting)
+
+
+class ControlledReplica:
+    """The :class:`~deployments.apps.replica_api.ReplicaControlApi` methods of a deployment
+    class, answered by its ``control``."""
+
+    control: ReplicaControl
+
+    def apply_log_settings(self, settings: LogSettings) -> None:
+        """Triton's log settings, from the controller."""
+        self.control.apply_log_settings(settings)
+
+    def apply_trace_settings(self, table: dict[str, Any]) -> None:
+        """Triton's trace settings, from the controller."""
+        self.control.apply_trace_settings(table)
+
+    def replica_info(self) -> ReplicaInfo:
+        """Where this replica runs and the models it holds (for ``rayton status``)."""
+        return self.control.replica_info()
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """This replica's metric counters and its python models' own metrics."""
+        return self.control.metrics_snapshot()
