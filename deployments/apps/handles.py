@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from functools import cached_property
 from typing import Any, TypeVar
 
 from ray import serve
@@ -37,34 +36,15 @@ T = TypeVar("T")
 
 
 class _ReplicaMethods:
-    """The :class:`ModelReplicaApi` methods of one deployment's handle, each looked up once."""
+    """The :class:`ModelReplicaApi` methods of one deployment's handle, looked up once."""
 
     def __init__(self, handle: DeploymentHandle) -> None:
-        self.handle = handle
-
-    @cached_property
-    def infer(self) -> DeploymentHandle:
-        return self.handle.infer
-
-    @cached_property
-    def infer_wire(self) -> DeploymentHandle:
-        return self.handle.infer_wire
-
-    @cached_property
-    def metadata(self) -> DeploymentHandle:
-        return self.handle.metadata
-
-    @cached_property
-    def model_config(self) -> DeploymentHandle:
-        return self.handle.model_config
-
-    @cached_property
-    def is_ready(self) -> DeploymentHandle:
-        return self.handle.is_ready
-
-    @cached_property
-    def statistics(self) -> DeploymentHandle:
-        return self.handle.statistics
+        self.infer = handle.infer
+        self.infer_wire = handle.infer_wire
+        self.metadata = handle.metadata
+        self.model_config = handle.model_config
+        self.is_ready = handle.is_ready
+        self.statistics = handle.statistics
 
 
 class ModelHandles:

@@ -124,9 +124,8 @@ async def infer_routed(
     ``ModelStreamInferResponse``).
 
     A call that arrives while others are in flight has its batch run off the event loop
-    (:attr:`InferRequest.offload_execution`); a lone call keeps the inline path's latency.
-    Measured on ``mlp`` (1 row, 3 ms batches, rayton perf): c=32 811, 832 -> 1026, 918 infer/s
-    (c=16 769, 775 -> 828, 773; c=1 unchanged).
+    (:attr:`InferRequest.offload_execution`; BENCHMARKS.md, "Tuning: kept and rejected"); a
+    lone call keeps the inline path's latency.
     """
     # Triton's order, as in the frontend: the version string first, then the contents.
     codec.parse_model_version(request.model_version)

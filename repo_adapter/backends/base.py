@@ -157,9 +157,9 @@ class TensorBackend(Backend):
 
     Short executions run inline on the caller's event loop; long ones on one dedicated thread
     per instance (frameworks with thread-local state always see the same thread). Handing a
-    batch to a thread costs a GIL round trip per execution, which measured ~15% of
-    throughput and ~1 ms of latency for models that run in a few milliseconds, while a long
-    execution inline would stall the replica's HTTP handling for its whole duration.
+    batch to a thread costs a GIL round trip per execution, too much for a model that runs in
+    a few milliseconds (BENCHMARKS.md, "Tuning: kept and rejected"), while a long execution
+    inline would stall the replica's HTTP handling for its whole duration.
 
     A batch that is not full with a request marked ``offload_execution`` runs on the thread
     however short: gRPC's server admits one call per loop turn, so an inline batch stops
@@ -194,8 +194,8 @@ class TensorBackend(Backend):
     async def run_batches(self, requests: Sequence[InferRequest], chain: BatchChain) -> None:
         """On the instance's thread, batches follow each other there while ``chain`` has one
         due and the batches belong on the thread: the event loop, busy with other requests'
-        bodies, no longer sits between two executions (it cost a compute-bound model ~2 ms of
-        idle instance per batch)."""
+        bodies, no longer sits between two executions (an idle instance between batches of a
+        compute-bound model: BENCHMARKS.md, "The compute-bound conv net")."""
         requests = list(requests)
         if self._runs_inline(requests):
             await super().run_batches(requests, chain)

@@ -21,9 +21,9 @@ instance threads dequeuing their next payload), under the same rule and the queu
 the event loop never sits between two of its executions; finished batches are handed back to
 the loop, which alone resolves callers and records statistics.
 
-Measured alternative: a zero admission window with the delay applied only by the pending
-queue (Triton's exact timing) cost ~12% throughput at 32 concurrent 1-row requests (every
-arrival woke the executor), so admission keeps Serve's window.
+Admission keeps Serve's window rather than a zero window with the delay applied only by the
+pending queue (Triton's exact timing): every arrival would wake the executor (BENCHMARKS.md,
+"Tuning: kept and rejected").
 """
 
 from __future__ import annotations
