@@ -44,7 +44,6 @@ from deployments.core.model_host import ModelHost
 from deployments.core.model_slot import SlotStatus
 from deployments.core.served_model import ServedModel
 from deployments.core.single_model import SingleModel
-from deployments.core.statistics import merge_entries
 from deployments.grpc.model_infer import (
     SerializedMessage,
     answer_grpc,
@@ -57,6 +56,7 @@ from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
+from deployments.observability.statistics import merge_entries
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.inference_types import InferRequest, InferResponse
 

@@ -1,6 +1,6 @@
 """Triton's log settings across the cluster: every rayton replica follows the controller's.
 
-The repository controller owns the settings (:class:`~deployments.core.log_settings.
+The repository controller owns the settings (:class:`~deployments.observability.log_settings.
 LogSettings`) through a :class:`LogControl`: a change is applied in the controller, then
 broadcast to every replica of every rayton deployment, whose ``apply_log_settings`` runs
 :func:`apply_in_this_replica`; a replica that starts later adopts them from the controller
@@ -19,7 +19,11 @@ from ray import serve
 from deployments.apps.handles import broadcast
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
-from deployments.core.log_settings import LogSettings, apply_log_settings, log_settings_error
+from deployments.observability.log_settings import (
+    LogSettings,
+    apply_log_settings,
+    log_settings_error,
+)
 
 logger = logging.getLogger(__name__)
 

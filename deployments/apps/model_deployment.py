@@ -36,7 +36,6 @@ from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.model_slot import ModelSlot, SlotStatus
 from deployments.core.served_model import ServedModel
 from deployments.core.single_model import SingleModel
-from deployments.core.statistics import merge_entries
 from deployments.grpc.model_infer import (
     SerializedMessage,
     answer_grpc,
@@ -47,6 +46,7 @@ from deployments.grpc.model_infer import (
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
+from deployments.observability.statistics import merge_entries
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.repository import RepositoryModel

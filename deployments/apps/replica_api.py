@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from deployments.core.log_settings import LogSettings
 from deployments.core.model_slot import SlotStatus
-from deployments.core.status import ReplicaInfo
 from deployments.metrics.collector import MetricsSnapshot
+from deployments.observability.log_settings import LogSettings
+from deployments.observability.status import ReplicaInfo
 from repo_adapter.inference_types import InferRequest, InferResponse
 
 

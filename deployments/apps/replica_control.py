@@ -18,10 +18,10 @@ from deployments.apps.log_control import apply_in_this_replica as apply_log_tabl
 from deployments.apps.replica_info import replica_info
 from deployments.apps.trace_control import adopt_trace_settings
 from deployments.apps.trace_control import apply_in_this_replica as apply_trace_table
-from deployments.core.log_settings import LogSettings
-from deployments.core.status import ReplicaInfo
-from deployments.core.tracing import TRACER
 from deployments.metrics.collector import MetricsSnapshot
+from deployments.observability.log_settings import LogSettings
+from deployments.observability.status import ReplicaInfo
+from deployments.observability.tracing import TRACER
 from repo_adapter.python_backend import collect_metrics
 
 VersionMetrics = Callable[[], list[dict[str, Any]]]

@@ -8,7 +8,7 @@ import os
 import ray
 from ray import serve
 
-from deployments.core.status import ReplicaInfo
+from deployments.observability.status import ReplicaInfo
 
 
 def replica_info(models: list[str]) -> ReplicaInfo:

@@ -52,7 +52,7 @@ from deployments.apps.trace_control import (
     startup_trace_settings,
 )
 from deployments.core.server_core import RepositoryView
-from deployments.core.status import status_document
+from deployments.observability.status import status_document
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.live_repository import LiveRepository, load_failed_error
 from repo_adapter.model_state import VersionStates

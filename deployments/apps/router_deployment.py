@@ -31,8 +31,8 @@ from deployments.apps.model_deployment import (
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.core.routed_model import GroupRoute, RoutedModel
 from deployments.core.served_model import ServedModel
-from deployments.core.statistics import merge_entries
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
+from deployments.observability.statistics import merge_entries
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 

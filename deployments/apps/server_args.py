@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deployments.command_flag import Flag
-from deployments.core.log_settings import LogSettings
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
+from deployments.observability.log_settings import LogSettings
 
 DEFAULT_POLL_SECS = 15.0
 # A model whose replicas are not all up by then is UNAVAILABLE (its application is removed).

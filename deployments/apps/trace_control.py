@@ -1,14 +1,14 @@
 """Triton's request tracing across the cluster: the controller's side and the replicas' side.
 
 The repository controller holds one :class:`TraceControl`: it owns the trace settings
-(:class:`~deployments.core.trace_settings.TraceSettingsTable`) and where traces go: the trace
-file (:class:`~deployments.core.trace_file.TraceFileWriter`) or, in ``opentelemetry`` mode,
-a collector (:class:`~deployments.core.trace_otlp.OtlpTraceExporter`). A settings change is
-broadcast to every model replica (``apply_trace_settings`` -> :func:`apply_in_this_replica`);
-a replica that starts later adopts the table (:func:`adopt_trace_settings`). Each replica's
-tracer ships its finished traces to the controller's ``record_traces``, which counts them
-against ``trace_count`` (broadcasting the change when a count runs out) and writes or exports
-them.
+(:class:`~deployments.observability.trace_settings.TraceSettingsTable`) and where traces go:
+the trace file (:class:`~deployments.observability.trace_file.TraceFileWriter`) or, in
+``opentelemetry`` mode, a collector (:class:`~deployments.observability.trace_otlp.
+OtlpTraceExporter`). A settings change is broadcast to every model replica
+(``apply_trace_settings`` -> :func:`apply_in_this_replica`); a replica that starts later adopts
+the table (:func:`adopt_trace_settings`). Each replica's tracer ships its finished traces to
+the controller's ``record_traces``, which counts them against ``trace_count`` (broadcasting the
+change when a count runs out) and writes or exports them.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from deployments.apps.handles import broadcast
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
 from deployments.apps.server_args import ServerAppArgs
-from deployments.core.trace_file import TraceFileWriter
-from deployments.core.trace_otlp import OtlpTraceExporter
-from deployments.core.trace_settings import TRACE_MODE, TraceSettings, TraceSettingsTable
-from deployments.core.tracing import TRACER
+from deployments.observability.trace_file import TraceFileWriter
+from deployments.observability.trace_otlp import OtlpTraceExporter
+from deployments.observability.trace_settings import TRACE_MODE, TraceSettings, TraceSettingsTable
+from deployments.observability.tracing import TRACER
 from repo_adapter.errors import InferenceServerError
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from cluster.local import loopback_kept
 from deployments.apps.builders import SERVER_APP_NAME
 from deployments.apps.repository_access import CONTROLLER_DEPLOYMENT_NAME
 from deployments.cli.settings import CONTROLLER_TIMEOUT_S
-from deployments.core.status import format_status
 from deployments.http.server_routes import STATUS_PATH
+from deployments.observability.status import format_status
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

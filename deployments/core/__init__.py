@@ -4,5 +4,5 @@ Ray-free and unit-tested without Serve. :class:`~deployments.core.served_model.S
 the interface the transports use; :mod:`~deployments.core.single_model` and
 :mod:`~deployments.core.ensemble_model` implement it; :mod:`~deployments.core.server_core`
 answers the server-wide protocol; :mod:`~deployments.core.batching` is Triton's dynamic
-batcher; :mod:`~deployments.core.statistics` its statistics extension.
+batcher. What they record (statistics, traces) is :mod:`deployments.observability`'s.
 """

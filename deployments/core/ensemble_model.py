@@ -17,8 +17,8 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.core.served_model import model_metadata, select_outputs
-from deployments.core.statistics import CANCELED, OTHER, RequestOutcome, VersionStatistics
-from deployments.core.tracing import TRACER, child_trace
+from deployments.observability.statistics import CANCELED, OTHER, RequestOutcome, VersionStatistics
+from deployments.observability.tracing import TRACER, child_trace
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.ensemble import EnsembleStep, ensemble_steps
 from repo_adapter.errors import InferenceServerError, StatusCode

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Protocol
 
-from deployments.core.statistics import merge_entries
+from deployments.observability.statistics import merge_entries
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.request_validation import model_not_found
 

@@ -20,8 +20,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.core.batching import AdmissionFactory, BatchPolicy, DynamicBatcher
 from deployments.core.served_model import model_metadata, select_outputs
-from deployments.core.statistics import VersionStatistics
-from deployments.core.tracing import TRACER, child_trace
+from deployments.observability.statistics import VersionStatistics
+from deployments.observability.tracing import TRACER, child_trace
 from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, backend_class
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode

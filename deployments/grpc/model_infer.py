@@ -27,10 +27,10 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from deployments.core.tracing import TRACER
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.streams import answer_or_error, stream_replies
+from deployments.observability.tracing import TRACER
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 

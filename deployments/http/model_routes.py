@@ -15,7 +15,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from deployments.core.served_model import ServedModel
-from deployments.core.tracing import TRACER
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE, read_body
 from deployments.http.request_decoding import decode_infer_request, parse_json_object
 from deployments.http.response_encoding import encode_infer_response
@@ -27,6 +26,7 @@ from deployments.http.responses import (
     json_response,
 )
 from deployments.http.wire import RawInputSpec
+from deployments.observability.tracing import TRACER
 from repo_adapter.errors import InferenceServerError, StatusCode
 
 logger = logging.getLogger(__name__)

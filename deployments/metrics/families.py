@@ -1,7 +1,7 @@
 """Triton's per-model metric families, built from every replica's per-version counters.
 
 Each replica reports, per model version, the counters its
-:class:`~deployments.core.statistics.VersionStatistics` keeps (the same ones the statistics
+:class:`~deployments.observability.statistics.VersionStatistics` keeps (the same ones the statistics
 extension reports, so a request counted in one is counted in the other), the failures by
 reason, the requests pending in its queue and the version's load time. :func:`merge_versions`
 sums them over replicas; :func:`model_families` renders Triton's families: names, types, help
@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from deployments.core.latency_sketch import merge_windows, quantile
-from deployments.core.statistics import FAILURE_REASONS, LATENCY_KINDS
 from deployments.metrics.exposition import Family
+from deployments.observability.latency_sketch import merge_windows, quantile
+from deployments.observability.statistics import FAILURE_REASONS, LATENCY_KINDS
 
 # Per-version counters that add up over replicas (nanoseconds for durations).
 SUMMED_FIELDS = (

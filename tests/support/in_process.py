@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from deployments.core.log_settings import LogSettings
 from deployments.core.server_core import RepositoryView
 from deployments.core.single_model import SingleModel
-from deployments.core.status import status_document
 from deployments.grpc.model_infer import infer_serialized
+from deployments.observability.log_settings import LogSettings
+from deployments.observability.status import status_document
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.live_repository import LiveRepository, load_failed_error
 from repo_adapter.request_validation import model_not_found

@@ -44,7 +44,7 @@ from deployments.core.batching.queue import (
     PendingRequest,
     timeout_error,
 )
-from deployments.core.statistics import (
+from deployments.observability.statistics import (
     CANCELED,
     REJECTED,
     ExecutionTiming,

@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from deployments.core.log_settings import LogSettings
+from deployments.observability.log_settings import LogSettings
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.cluster

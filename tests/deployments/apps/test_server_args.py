@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from deployments.apps.server_args import ServerAppArgs, parse_trace_config
-from deployments.core.log_settings import LogSettings
+from deployments.observability.log_settings import LogSettings
 
 
 def test_trace_config_as_triton_writes_it():

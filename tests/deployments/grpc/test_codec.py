@@ -12,8 +12,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc._utils import _get_inference_request
 
-from deployments.core.statistics import VersionStatistics
 from deployments.grpc import codec
+from deployments.observability.statistics import VersionStatistics
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferResponse, InferTensor

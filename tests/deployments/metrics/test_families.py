@@ -96,8 +96,8 @@ def test_counter_latencies_false_drops_the_duration_counters():
 def test_summary_latencies_add_quantiles_over_every_replicas_last_minute():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from deployments.core.statistics import RequestOutcome, VersionStatistics
     from deployments.metrics.exposition import render
+    from deployments.observability.statistics import RequestOutcome, VersionStatistics
     from repo_adapter.inference_types import ComputeTimes
 
     replicas = [VersionStatistics("m", "1"), VersionStatistics("m", "1")]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from deployments.core.batching import BatchPolicy, DynamicBatcher
-from deployments.core.statistics import VersionStatistics
+from deployments.observability.statistics import VersionStatistics
 from repo_adapter.backends.base import Execution
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor

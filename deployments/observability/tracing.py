@@ -1,12 +1,12 @@
 """Request tracing in one process: which requests are traced, and where finished traces go.
 
 Each replica's :data:`TRACER` follows the controller's trace settings
-(:mod:`deployments.core.trace_settings`, applied with :meth:`Tracer.configure`). An entry
+(:mod:`deployments.observability.trace_settings`, applied with :meth:`Tracer.configure`). An entry
 point (the HTTP and gRPC inference routes, a model's handle ``infer``) asks :meth:`Tracer.start`
 for a trace, which samples every ``rate``-th request of a model (one counter per set of
 settings, as Triton), and hands it to :meth:`Tracer.finish` when the response is out. Finished
 traces are shipped in small batches to the trace file's writer (the repository controller,
-:mod:`deployments.core.trace_file`), which also enforces ``count`` across replicas; this
+:mod:`deployments.observability.trace_file`), which also enforces ``count`` across replicas; this
 replica counts its own traces down too, so it never sends more than ``count``.
 
 With tracing off, :meth:`start` is one attribute test. Ray-free: the shipping function is
@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from deployments.core.trace_settings import TraceSettings, table_from_json
+from deployments.observability.trace_settings import TraceSettings, table_from_json
 from repo_adapter.inference_types import InferRequest
 from repo_adapter.request_trace import RequestTrace
 

@@ -12,9 +12,9 @@ import pytest
 
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.single_model import SingleModel
-from deployments.core.trace_file import TraceFileWriter
-from deployments.core.trace_settings import TraceSettings, TraceSettingsTable
-from deployments.core.tracing import TRACER, Tracer
+from deployments.observability.trace_file import TraceFileWriter
+from deployments.observability.trace_settings import TraceSettings, TraceSettingsTable
+from deployments.observability.tracing import TRACER, Tracer
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.config import normalize_config, parse_config_text
 from repo_adapter.inference_types import InferRequest, InferTensor

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from deployments.core.log_settings import (
+from deployments.observability.log_settings import (
     LogSettings,
     TritonFormatter,
     apply_log_settings,

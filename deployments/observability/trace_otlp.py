@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from deployments.core.trace_file import forget_oldest
+from deployments.observability.trace_file import forget_oldest
 
 logger = logging.getLogger(__name__)
 

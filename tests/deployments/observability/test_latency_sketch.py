@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from deployments.core.latency_sketch import (
+from deployments.observability.latency_sketch import (
     SLOT_S,
     WindowedSketch,
     bucket_of,

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployments.core.latency_sketch import WindowedSketch
+from deployments.observability.latency_sketch import WindowedSketch
 from repo_adapter.inference_types import ComputeTimes
 
 _INFERENCE_STAT_KEYS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from deployments.core.trace_otlp import OtlpTraceExporter
+from deployments.observability.trace_otlp import OtlpTraceExporter
 from tests.support.otlp_receiver import OtlpReceiver
 
 

@@ -1,6 +1,6 @@
 from dataclasses import asdict
 
-from deployments.core.status import ReplicaInfo, format_status, status_document
+from deployments.observability.status import ReplicaInfo, format_status, status_document
 
 INDEX = [
     {"name": "add_sub", "version": "1", "state": "READY", "reason": ""},

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.core.trace_settings import TraceSettings, TraceSettingsTable, table_from_json
+from deployments.observability.trace_settings import (
+    TraceSettings,
+    TraceSettingsTable,
+    table_from_json,
+)
 from repo_adapter.errors import InferenceServerError, StatusCode
 
 TRACING = TraceSettings(level=("TIMESTAMPS",), rate=1, file="/tmp/trace.json")

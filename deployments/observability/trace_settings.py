@@ -3,7 +3,7 @@ gRPC ``TraceSetting``): the server-wide settings, per-model overrides, and their
 
 The repository controller owns one :class:`TraceSettingsTable` and sends its
 :meth:`~TraceSettingsTable.to_json` to every replica, whose tracer samples requests by it
-(:mod:`deployments.core.tracing`). Values are Triton's: numbers travel as strings; ``null``
+(:mod:`deployments.observability.tracing`). Values are Triton's: numbers travel as strings; ``null``
 clears a model's override (the model follows the server's setting again) or resets a server
 setting to its start-up value; ``trace_file`` is set at start-up only (``--trace-config
 triton,file=...``). Ray-free.
