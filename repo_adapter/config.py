@@ -270,7 +270,11 @@ def _wildcard_chunks(dims: Sequence[int]) -> list[int]:
 # /config JSON rendering
 
 
-def config_to_json_dict(config: mc.ModelConfig) -> dict[str, Any]:
+# The ModelConfig as JSON (``/config``): protobuf's JSON form, its keys the schema's.
+ConfigDocument = dict[str, Any]
+
+
+def config_to_json_dict(config: mc.ModelConfig) -> ConfigDocument:
     """The model configuration as Triton's ``/config`` endpoint renders it.
 
     Every field printed at its default, enums as names, original field names, and int64

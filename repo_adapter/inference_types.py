@@ -14,6 +14,10 @@ import numpy as np
 
 from repo_adapter.request_trace import RequestTrace
 
+# A JSON object as a client sent it, before it is checked: a request's JSON header, a
+# settings change.
+JsonObject = dict[str, Any]
+
 # Request parameters Triton's frontend consumes itself rather than handing them to the model as
 # parameters. They stay in InferRequest.parameters (priority, timeout, ... are read from there);
 # whatever exposes parameters to model code should leave these out.

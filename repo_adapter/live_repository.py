@@ -15,9 +15,10 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from tritonclient.grpc import model_config_pb2 as mc
+from typing_extensions import NotRequired
 
 from repo_adapter.config import config_from_json
 from repo_adapter.ensemble import member_names, validate_ensemble
@@ -55,6 +56,15 @@ def model_fingerprint(model_dir: Path, config_override: str = "") -> str:
     return digest.hexdigest()[:16]
 
 
+class IndexEntry(TypedDict):
+    """One line of Triton's repository index: a model (version), its state and why."""
+
+    name: str
+    version: NotRequired[str]
+    state: NotRequired[str]  # a ModelState's name; absent for a model never loaded
+    reason: NotRequired[str]
+
+
 @dataclass
 class ModelRecord:
     """One model of the repository and where it stands.
@@ -77,14 +87,14 @@ class ModelRecord:
     versions: VersionStates = field(default_factory=dict)  # from the replicas
     failed_versions: VersionStates = field(default_factory=dict)  # the last failure's
 
-    def index_entries(self, ready_only: bool = False) -> list[dict[str, Any]]:
+    def index_entries(self, ready_only: bool = False) -> list[IndexEntry]:
         """This model's lines of Triton's repository index."""
-        entries: list[dict[str, Any]] = []
+        entries: list[IndexEntry] = []
 
         def add(version: int | str | None, state: ModelState, reason: str = "") -> None:
             if ready_only and state is not READY:
                 return
-            entry: dict[str, Any] = {"name": self.name}
+            entry = IndexEntry(name=self.name)
             if version is not None and version != "":
                 entry["version"] = str(version)
             entry["state"] = state.value
@@ -383,8 +393,8 @@ class LiveRepository:
     def served_names(self) -> list[str]:
         return sorted(n for n, r in self.records.items() if r.served is not None)
 
-    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        entries: list[dict[str, Any]] = []
+    def index(self, ready_only: bool = False) -> list[IndexEntry]:
+        entries: list[IndexEntry] = []
         for name in sorted(self.records):
             entries.extend(self.records[name].index_entries(ready_only))
         return entries

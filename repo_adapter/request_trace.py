@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -20,6 +20,19 @@ TIMESTAMPS = "TIMESTAMPS"
 TENSORS = "TENSORS"
 QUEUE_INPUT = "TENSOR_QUEUE_INPUT"
 BACKEND_OUTPUT = "TENSOR_BACKEND_OUTPUT"
+
+
+class TraceRecord(TypedDict):
+    """A finished trace as plain data, shipped to the trace file's writer or exporter."""
+
+    key: str
+    parent_key: str
+    model_name: str
+    model_version: int
+    request_id: str
+    stamps: list[tuple[str, int]]
+    tensors: list[dict[str, Any]]  # Triton's trace-file tensor entries, written as they are
+    epoch_offset_ns: int
 
 
 @dataclass
@@ -64,7 +77,7 @@ class RequestTrace:
             }
         )
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> TraceRecord:
         """Plain data, to ship to the trace file's writer."""
         return {
             "key": self.key,
@@ -87,9 +100,13 @@ def _number(value: Any) -> str:
     return str(value)
 
 
-def trace_events(record: dict[str, Any], trace_id: int, parent_id: int | None) -> list[dict]:
+# One entry of Triton's trace file (its JSON: a trace's header, timestamps or a tensor).
+TraceEvent = dict[str, Any]
+
+
+def trace_events(record: TraceRecord, trace_id: int, parent_id: int | None) -> list[TraceEvent]:
     """Triton's trace-file entries of one trace (``record`` from :meth:`to_record`)."""
-    header: dict[str, Any] = {
+    header: TraceEvent = {
         "id": trace_id,
         "model_name": record["model_name"],
         "model_version": record["model_version"],

@@ -21,6 +21,9 @@ from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle, DeploymentResponse
 
+from deployments.core.served_model import ModelMetadata
+from deployments.observability.statistics import ModelStatistics
+from repo_adapter.config import ConfigDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.request_validation import model_not_found
@@ -90,13 +93,13 @@ class ModelHandles:
 
     async def metadata(
         self, model: str, version: str = "", timeout_s: float | None = None
-    ) -> dict[str, Any]:
+    ) -> ModelMetadata:
         response = self.replicas(model).metadata.remote(model, version)
         return await self._answer(model, response, timeout_s)
 
     async def model_config(
         self, model: str, version: str = "", timeout_s: float | None = None
-    ) -> dict[str, Any]:
+    ) -> ConfigDocument:
         response = self.replicas(model).model_config.remote(model, version)
         return await self._answer(model, response, timeout_s)
 
@@ -106,7 +109,7 @@ class ModelHandles:
 
     async def statistics(
         self, model: str, version: str = "", timeout_s: float | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ModelStatistics]:
         response = self.replicas(model).statistics.remote(model, version)
         return await self._answer(model, response, timeout_s)
 

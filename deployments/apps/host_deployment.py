@@ -42,7 +42,7 @@ from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.model_host import ModelHost
 from deployments.core.model_slot import SlotStatus
-from deployments.core.served_model import ServedModel
+from deployments.core.served_model import ModelMetadata, ServedModel
 from deployments.core.single_model import SingleModel
 from deployments.grpc.model_infer import (
     SerializedMessage,
@@ -56,8 +56,9 @@ from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
-from deployments.observability.statistics import merge_entries
+from deployments.observability.statistics import ModelStatistics, merge_entries
 from repo_adapter.backends import InstanceSpec
+from repo_adapter.config import ConfigDocument
 from repo_adapter.inference_types import InferRequest, InferResponse
 
 HOST_ROUTE_PREFIX = "/v2/models"
@@ -197,22 +198,22 @@ class TritonModelHost(ControlledReplica):
     async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
         return await infer_serialized(self.host.slot(model).infer, message, stream)
 
-    def metadata(self, model: str, version: str = "") -> dict[str, Any]:
+    def metadata(self, model: str, version: str = "") -> ModelMetadata:
         return self.host.slot(model).metadata(version)
 
-    def model_config(self, model: str, version: str = "") -> dict[str, Any]:
+    def model_config(self, model: str, version: str = "") -> ConfigDocument:
         return self.host.slot(model).model_config(version)
 
     def is_ready(self, model: str, version: str = "") -> bool:
         return self.host.slot(model).is_ready(version)
 
-    async def statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+    async def statistics(self, model: str, version: str = "") -> list[ModelStatistics]:
         """The model's statistics summed over every host replica."""
         self.host.slot(model)
         per_replica = await ask_own_replicas(ModelReplicaApi.local_statistics, model, version)
         return merge_entries([entry for entries in per_replica for entry in entries])
 
-    def local_statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+    def local_statistics(self, model: str, version: str = "") -> list[ModelStatistics]:
         return self.host.slot(model).statistics(version)
 
     def slot_status(self, model: str) -> SlotStatus:
@@ -222,8 +223,8 @@ class TritonModelHost(ControlledReplica):
         """Every hosted model's slot status in this replica (for the controller)."""
         return self.host.statuses()
 
-    def _statistics_of(self, model: str) -> Callable[[str], Awaitable[list[dict[str, Any]]]]:
-        async def statistics(version: str = "") -> list[dict[str, Any]]:
+    def _statistics_of(self, model: str) -> Callable[[str], Awaitable[list[ModelStatistics]]]:
+        async def statistics(version: str = "") -> list[ModelStatistics]:
             return await self.statistics(model, version)
 
         return statistics

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ray import serve
 
@@ -21,9 +20,11 @@ from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
 from deployments.observability.log_settings import (
     LogSettings,
+    LogSettingsDocument,
     apply_log_settings,
     log_settings_error,
 )
+from repo_adapter.inference_types import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +41,11 @@ class LogControl:
         self._targets = targets
         apply_log_settings(startup)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> LogSettingsDocument:
         """Triton's log settings document."""
         return self._settings.to_json()
 
-    async def update(self, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update(self, changes: JsonObject) -> LogSettingsDocument:
         """Change the settings here and in every replica; Triton's errors for a bad setting.
 
         Raises:

@@ -34,7 +34,7 @@ from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import cluster_server_core
 from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.model_slot import ModelSlot, SlotStatus
-from deployments.core.served_model import ServedModel
+from deployments.core.served_model import ModelMetadata, ServedModel
 from deployments.core.single_model import SingleModel
 from deployments.grpc.model_infer import (
     SerializedMessage,
@@ -46,8 +46,9 @@ from deployments.grpc.model_infer import (
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.model_routes import ModelHttpEndpoints
-from deployments.observability.statistics import merge_entries
+from deployments.observability.statistics import ModelStatistics, merge_entries
 from repo_adapter.backends import InstanceSpec
+from repo_adapter.config import ConfigDocument
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.repository import RepositoryModel
 from repo_adapter.request_validation import model_not_found
@@ -130,27 +131,27 @@ class ServedModelDeployment(ControlledReplica):
     async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
         return await infer_serialized(self._slot(model).infer, message, stream)
 
-    def metadata(self, model: str, version: str = "") -> dict[str, Any]:
+    def metadata(self, model: str, version: str = "") -> ModelMetadata:
         return self._slot(model).metadata(version)
 
-    def model_config(self, model: str, version: str = "") -> dict[str, Any]:
+    def model_config(self, model: str, version: str = "") -> ConfigDocument:
         return self._slot(model).model_config(version)
 
     def is_ready(self, model: str, version: str = "") -> bool:
         return self._slot(model).is_ready(version)
 
-    async def statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+    async def statistics(self, model: str, version: str = "") -> list[ModelStatistics]:
         self._slot(model)
         return await self._statistics_here(version)
 
-    async def _statistics_here(self, version: str = "") -> list[dict[str, Any]]:
+    async def _statistics_here(self, version: str = "") -> list[ModelStatistics]:
         """The model's statistics summed over all its replicas, as Triton reports a model."""
         per_replica = await ask_own_replicas(
             ModelReplicaApi.local_statistics, self.slot.name, version
         )
         return merge_entries([entry for entries in per_replica for entry in entries])
 
-    def local_statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+    def local_statistics(self, model: str, version: str = "") -> list[ModelStatistics]:
         return self._slot(model).statistics(version)
 
     def slot_status(self, model: str) -> SlotStatus:

@@ -13,12 +13,16 @@ string: a renamed method fails at import and in the tests, not at run time.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from deployments.core.model_slot import SlotStatus
+from deployments.core.served_model import ModelMetadata
 from deployments.metrics.collector import MetricsSnapshot
 from deployments.observability.log_settings import LogSettings
+from deployments.observability.statistics import ModelStatistics
 from deployments.observability.status import ReplicaInfo
+from deployments.observability.trace_settings import TracePlan
+from repo_adapter.config import ConfigDocument
 from repo_adapter.inference_types import InferRequest, InferResponse
 
 
@@ -34,17 +38,17 @@ class ModelReplicaApi(Protocol):
         """A serialized ``ModelInferRequest`` -> its serialized response (gRPC frontend)."""
         ...
 
-    def metadata(self, model: str, version: str = "") -> dict[str, Any]: ...
+    def metadata(self, model: str, version: str = "") -> ModelMetadata: ...
 
-    def model_config(self, model: str, version: str = "") -> dict[str, Any]: ...
+    def model_config(self, model: str, version: str = "") -> ConfigDocument: ...
 
     def is_ready(self, model: str, version: str = "") -> bool: ...
 
-    async def statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+    async def statistics(self, model: str, version: str = "") -> list[ModelStatistics]:
         """The model's statistics summed over every replica that serves it."""
         ...
 
-    def local_statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+    def local_statistics(self, model: str, version: str = "") -> list[ModelStatistics]:
         """This replica's counters only."""
         ...
 
@@ -58,7 +62,7 @@ class ReplicaControlApi(Protocol):
 
     def apply_log_settings(self, settings: LogSettings) -> None: ...
 
-    def apply_trace_settings(self, table: dict[str, Any]) -> None: ...
+    def apply_trace_settings(self, plan: TracePlan) -> None: ...
 
     def replica_info(self) -> ReplicaInfo: ...
 

@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 from deployments.apps.log_control import adopt_log_settings
 from deployments.apps.log_control import apply_in_this_replica as apply_log_table
 from deployments.apps.replica_info import replica_info
 from deployments.apps.trace_control import adopt_trace_settings
-from deployments.apps.trace_control import apply_in_this_replica as apply_trace_table
+from deployments.apps.trace_control import apply_in_this_replica as apply_trace_plan
 from deployments.metrics.collector import MetricsSnapshot
 from deployments.observability.log_settings import LogSettings
+from deployments.observability.statistics import VersionMetrics
 from deployments.observability.status import ReplicaInfo
+from deployments.observability.trace_settings import TracePlan
 from deployments.observability.tracing import TRACER
 from repo_adapter.python_backend import collect_metrics
 
-VersionMetrics = Callable[[], list[dict[str, Any]]]
+MetricsOf = Callable[[], list[VersionMetrics]]
 
 
-def _no_metrics() -> list[dict[str, Any]]:
+def _no_metrics() -> list[VersionMetrics]:
     return []
 
 
@@ -42,7 +43,7 @@ class ReplicaControl:
     def __init__(
         self,
         held_models: Callable[[], list[str]],
-        version_metrics: VersionMetrics = _no_metrics,
+        version_metrics: MetricsOf = _no_metrics,
         traces: bool = True,
     ) -> None:
         self._held_models = held_models
@@ -60,8 +61,8 @@ class ReplicaControl:
     def apply_log_settings(self, settings: LogSettings) -> None:
         apply_log_table(settings)
 
-    def apply_trace_settings(self, table: dict[str, Any]) -> None:
-        apply_trace_table(table)
+    def apply_trace_settings(self, plan: TracePlan) -> None:
+        apply_trace_plan(plan)
 
     def replica_info(self) -> ReplicaInfo:
         return replica_info(self._held_models())
@@ -89,9 +90,9 @@ class ControlledReplica:
         """Triton's log settings, from the controller."""
         self.control.apply_log_settings(settings)
 
-    def apply_trace_settings(self, table: dict[str, Any]) -> None:
+    def apply_trace_settings(self, plan: TracePlan) -> None:
         """Triton's trace settings, from the controller."""
-        self.control.apply_trace_settings(table)
+        self.control.apply_trace_settings(plan)
 
     def replica_info(self) -> ReplicaInfo:
         """Where this replica runs and the models it holds (for ``rayton status``)."""

@@ -9,6 +9,11 @@ from ray import serve
 
 from deployments.apps.handles import ModelHandles
 from deployments.core.server_core import RepositoryView, ServerCore
+from deployments.observability.log_settings import LogSettingsDocument
+from deployments.observability.status import StatusDocument
+from deployments.observability.trace_settings import TraceSettingsDocument
+from repo_adapter.inference_types import JsonObject
+from repo_adapter.live_repository import IndexEntry
 
 # The controller's deployment and application (it lives in the server application).
 CONTROLLER_APP_NAME = "rayton-server"
@@ -35,10 +40,10 @@ class ControllerRepository(_ControllerHandle):
     async def view(self) -> RepositoryView:
         return await self.handle.view.remote()
 
-    async def index(self, ready_only: bool) -> list[dict[str, Any]]:
+    async def index(self, ready_only: bool) -> list[IndexEntry]:
         return await self.handle.index.remote(ready_only)
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> StatusDocument:
         return await self.handle.status.remote()
 
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
@@ -51,15 +56,15 @@ class ControllerRepository(_ControllerHandle):
 class ControllerSettings(_ControllerHandle):
     """:class:`~deployments.core.server_core.RuntimeSettings` on the controller's handle."""
 
-    async def log_settings(self) -> dict[str, Any]:
+    async def log_settings(self) -> LogSettingsDocument:
         return await self.handle.log_settings.remote()
 
-    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update_log_settings(self, changes: JsonObject) -> LogSettingsDocument:
         return await self.handle.update_log_settings.remote(changes)
 
     async def trace_settings(
-        self, model: str | None, changes: dict[str, Any] | None
-    ) -> dict[str, Any]:
+        self, model: str | None, changes: JsonObject | None
+    ) -> TraceSettingsDocument:
         return await self.handle.trace_settings.remote(model, changes)
 
 

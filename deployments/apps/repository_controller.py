@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Any
 
 from ray import serve
 
@@ -52,11 +51,15 @@ from deployments.apps.trace_control import (
     startup_trace_settings,
 )
 from deployments.core.server_core import RepositoryView
-from deployments.observability.status import status_document
+from deployments.observability.log_settings import LogSettingsDocument
+from deployments.observability.status import StatusDocument, status_document
+from deployments.observability.trace_settings import TracePlan, TraceSettingsDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.live_repository import LiveRepository, load_failed_error
+from repo_adapter.inference_types import JsonObject
+from repo_adapter.live_repository import IndexEntry, LiveRepository, load_failed_error
 from repo_adapter.model_state import VersionStates
 from repo_adapter.repository import RepositoryModel
+from repo_adapter.request_trace import TraceRecord
 
 logger = logging.getLogger(__name__)
 
@@ -331,7 +334,7 @@ class RepositoryController:
 
     # ------------------------------------------------------------------ views
 
-    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+    def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Triton's repository index: versions as the replicas reported them when loaded."""
         self.repository.refresh_names()
         return self.repository.index(ready_only)
@@ -366,27 +369,27 @@ class RepositoryController:
 
     # ------------------------------------------------------------------ log settings
 
-    def log_settings(self) -> dict[str, Any]:
+    def log_settings(self) -> LogSettingsDocument:
         """Triton's log settings, as every replica applies them."""
         return self._logs.settings()
 
-    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update_log_settings(self, changes: JsonObject) -> LogSettingsDocument:
         """Change the log settings everywhere; Triton's errors for a bad setting."""
         return await self._logs.update(changes)
 
     # ------------------------------------------------------------------ trace settings
 
     async def trace_settings(
-        self, model: str | None, changes: dict[str, Any] | None
-    ) -> dict[str, Any]:
+        self, model: str | None, changes: JsonObject | None
+    ) -> TraceSettingsDocument:
         """Triton's trace settings of the server or of ``model`` (changed by ``changes``)."""
         return await self._traces.settings(model, changes, self.repository.served_names())
 
-    def trace_table(self) -> dict[str, Any]:
+    def trace_table(self) -> TracePlan:
         """The settings every model replica's tracer follows."""
-        return self._traces.table.to_json()
+        return self._traces.table.plan()
 
-    async def record_traces(self, records: list[dict[str, Any]]) -> None:
+    async def record_traces(self, records: list[TraceRecord]) -> None:
         """Finished traces from a model replica, for the trace file."""
         await self._traces.record(records)
 
@@ -395,7 +398,7 @@ class RepositoryController:
         deployment of its own (named after it), and the shared host when it runs some."""
         return self.homes.replica_targets(self.repository.served_names())
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> StatusDocument:
         """``rayton status``: the repository index and where every served model's replicas
         run (node, GPU ids)."""
         replicas = await broadcast(self.model_deployments(), ReplicaControlApi.replica_info)

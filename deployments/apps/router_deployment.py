@@ -32,7 +32,7 @@ from deployments.apps.replica_api import ModelReplicaApi
 from deployments.core.routed_model import GroupRoute, RoutedModel
 from deployments.core.served_model import ServedModel
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
-from deployments.observability.statistics import merge_entries
+from deployments.observability.statistics import ModelStatistics, merge_entries
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 
@@ -133,7 +133,7 @@ class TritonModelRouter(ServedModelDeployment):
     def _targets(self) -> list[tuple[str, str]]:
         return [(group, self.slot.name) for group in self._groups]
 
-    async def _statistics_here(self, version: str = "") -> list[dict[str, Any]]:
+    async def _statistics_here(self, version: str = "") -> list[ModelStatistics]:
         """The model's statistics summed over every replica of every group."""
         self.slot.statistics(version)  # Triton's error for a version not served
         per_replica = await broadcast(

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import cluster_server_core
 from deployments.http.server_routes import ServerHttpEndpoints
+from repo_adapter.live_repository import IndexEntry
 
 SERVER_DEPLOYMENT_NAME = "server"
 
@@ -29,6 +30,6 @@ class TritonServer(ControlledReplica):
     async def __call__(self, request: Request) -> Response:
         return await self._http.handle(request)
 
-    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+    async def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         """The repository index as clients get it (``rayton serve`` prints it at start-up)."""
         return await self.core.repository_index(ready_only)

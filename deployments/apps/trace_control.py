@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ray import serve
 
@@ -26,9 +25,17 @@ from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_D
 from deployments.apps.server_args import ServerAppArgs
 from deployments.observability.trace_file import TraceFileWriter
 from deployments.observability.trace_otlp import OtlpTraceExporter
-from deployments.observability.trace_settings import TRACE_MODE, TraceSettings, TraceSettingsTable
+from deployments.observability.trace_settings import (
+    TRACE_MODE,
+    TracePlan,
+    TraceSettings,
+    TraceSettingsDocument,
+    TraceSettingsTable,
+)
 from deployments.observability.tracing import TRACER
 from repo_adapter.errors import InferenceServerError
+from repo_adapter.inference_types import JsonObject
+from repo_adapter.request_trace import TraceRecord
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +76,8 @@ class TraceControl:
         self._exporter = exporter if startup.mode != TRACE_MODE else None
 
     async def settings(
-        self, model: str | None, changes: dict[str, Any] | None, served: Iterable[str]
-    ) -> dict[str, Any]:
+        self, model: str | None, changes: JsonObject | None, served: Iterable[str]
+    ) -> TraceSettingsDocument:
         """Triton's view of the server's or ``model``'s settings, changed first by
         ``changes``; INVALID_ARG for a model that is not served."""
         if model and model not in set(served):
@@ -84,13 +91,13 @@ class TraceControl:
         await self._broadcast()
         return view
 
-    async def record(self, records: list[dict[str, Any]]) -> None:
+    async def record(self, records: list[TraceRecord]) -> None:
         """Traces from a replica: keep those ``trace_count`` allows and write them."""
         if self._writer is None and self._exporter is None:
             return
-        kept: list[dict[str, Any]] = []
+        kept: list[TraceRecord] = []
         exhausted = False
-        by_model: dict[str, list[dict[str, Any]]] = {}
+        by_model: dict[str, list[TraceRecord]] = {}
         for record in records:
             by_model.setdefault(record["model_name"], []).append(record)
         for model, traces in by_model.items():
@@ -112,27 +119,27 @@ class TraceControl:
             self._writer.flush()
 
     async def _broadcast(self) -> None:
-        table = self.table.to_json()
-        await broadcast(list(self._targets()), ReplicaControlApi.apply_trace_settings, table)
+        plan = self.table.plan()
+        await broadcast(list(self._targets()), ReplicaControlApi.apply_trace_settings, plan)
 
 
 # --------------------------------------------------------------------- in each model replica
 
 
-async def _ship(records: list[dict[str, Any]]) -> None:
+async def _ship(records: list[TraceRecord]) -> None:
     handle = serve.get_deployment_handle(CONTROLLER_DEPLOYMENT_NAME, app_name=CONTROLLER_APP_NAME)
     await asyncio.wait_for(handle.record_traces.remote(records), _TIMEOUT_S)
 
 
-async def controller_trace_setting(model: str, changes: dict[str, Any] | None) -> dict[str, Any]:
+async def controller_trace_setting(model: str, changes: JsonObject | None) -> TraceSettingsDocument:
     """A model route's ``trace/setting``: the controller's answer for ``model``."""
     handle = serve.get_deployment_handle(CONTROLLER_DEPLOYMENT_NAME, app_name=CONTROLLER_APP_NAME)
     return await asyncio.wait_for(handle.trace_settings.remote(model, changes), _TIMEOUT_S)
 
 
-def apply_in_this_replica(table: dict[str, Any]) -> None:
+def apply_in_this_replica(plan: TracePlan) -> None:
     """The model deployments' ``apply_trace_settings`` method body."""
-    TRACER.configure(table)
+    TRACER.configure(plan)
     TRACER.set_sink(_ship)
 
 
@@ -143,8 +150,8 @@ async def adopt_trace_settings() -> None:
         handle = serve.get_deployment_handle(
             CONTROLLER_DEPLOYMENT_NAME, app_name=CONTROLLER_APP_NAME
         )
-        table = await asyncio.wait_for(handle.trace_table.remote(), _TIMEOUT_S)
+        plan = await asyncio.wait_for(handle.trace_table.remote(), _TIMEOUT_S)
     except Exception as err:  # no controller yet (a Serve config deploying)
         logger.debug("no trace settings from the controller: %s", err)
         return
-    TRACER.configure(table)
+    TRACER.configure(plan)

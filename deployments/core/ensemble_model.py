@@ -12,14 +12,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from deployments.core.served_model import model_metadata, select_outputs
-from deployments.observability.statistics import CANCELED, OTHER, RequestOutcome, VersionStatistics
+from deployments.core.served_model import ModelMetadata, model_metadata, select_outputs
+from deployments.observability.statistics import (
+    CANCELED,
+    OTHER,
+    ModelStatistics,
+    RequestOutcome,
+    VersionMetrics,
+    VersionStatistics,
+)
 from deployments.observability.tracing import TRACER, child_trace
-from repo_adapter.config import config_to_json_dict
+from repo_adapter.config import ConfigDocument, config_to_json_dict
 from repo_adapter.ensemble import EnsembleStep, ensemble_steps
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import (
@@ -71,15 +77,15 @@ class EnsembleModel:
     def state(self) -> VersionStates:
         return {str(v): VersionState(ModelState.READY) for v in self.versions}
 
-    def metadata(self, version: str = "") -> dict[str, Any]:
+    def metadata(self, version: str = "") -> ModelMetadata:
         versions = [str(self._version(version))] if version else [str(v) for v in self.versions]
         return model_metadata(self.config, versions)
 
-    def model_config(self, version: str = "") -> dict[str, Any]:
+    def model_config(self, version: str = "") -> ConfigDocument:
         self._version(version)
         return self._config_json
 
-    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+    def statistics(self, version: str = "") -> list[ModelStatistics]:
         if version:
             if not self.is_ready(version):
                 raise InferenceServerError(
@@ -88,7 +94,7 @@ class EnsembleModel:
             return [self._statistics[int(version)].to_json()]
         return [self._statistics[v].to_json() for v in self.versions]
 
-    def metrics(self) -> list[dict[str, Any]]:
+    def metrics(self) -> list[VersionMetrics]:
         """Per-version counters of Triton's metric families (nothing waits in a queue here)."""
         return [
             self._statistics[v].metrics_entry() | {"pending": 0, "load_duration_s": 0.0}

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from deployments.core.model_slot import BuildModel, ModelSlot, SlotStatus
+from deployments.observability.statistics import VersionMetrics
 from repo_adapter.request_validation import model_not_found
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class ModelHost:
     def statuses(self) -> dict[str, SlotStatus]:
         return {name: slot.status() for name, slot in self.slots.items()}
 
-    def metrics(self) -> list[dict[str, Any]]:
+    def metrics(self) -> list[VersionMetrics]:
         """Every hosted model's metric counters in this process."""
         return [entry for slot in self.slots.values() for entry in slot.metrics()]
 

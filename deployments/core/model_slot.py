@@ -19,9 +19,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from deployments.core.served_model import ServedModel
+from deployments.core.served_model import ModelMetadata, ServedModel
+from deployments.observability.statistics import ModelStatistics, VersionMetrics
+from repo_adapter.config import ConfigDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.model_state import VersionStates
@@ -172,10 +173,10 @@ class ModelSlot:
             else:
                 del self._in_flight[key]
 
-    def metadata(self, version: str = "") -> dict[str, Any]:
+    def metadata(self, version: str = "") -> ModelMetadata:
         return self.model.metadata(version)
 
-    def model_config(self, version: str = "") -> dict[str, Any]:
+    def model_config(self, version: str = "") -> ConfigDocument:
         return self.model.model_config(version)
 
     def is_ready(self, version: str = "") -> bool:
@@ -184,10 +185,10 @@ class ModelSlot:
     def state(self) -> VersionStates:
         return self._model.state() if self._model is not None else {}
 
-    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+    def statistics(self, version: str = "") -> list[ModelStatistics]:
         return self.model.statistics(version)
 
-    def metrics(self) -> list[dict[str, Any]]:
+    def metrics(self) -> list[VersionMetrics]:
         """The serving generation's metric counters (none while nothing is loaded)."""
         return self._model.metrics() if self._model is not None else []
 

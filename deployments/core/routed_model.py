@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from deployments.core.served_model import model_metadata
-from repo_adapter.config import config_to_json_dict
+from deployments.core.served_model import ModelMetadata, model_metadata
+from deployments.observability.statistics import ModelStatistics, VersionMetrics
+from repo_adapter.config import ConfigDocument, config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.model_state import ModelState, VersionState, VersionStates
@@ -94,15 +94,15 @@ class RoutedModel:
 
     # ------------------------------------------------------------------ protocol API
 
-    def metadata(self, version: str = "") -> dict[str, Any]:
+    def metadata(self, version: str = "") -> ModelMetadata:
         self._check_version(version)
         return model_metadata(self.config, [version] if version else self._ready())
 
-    def model_config(self, version: str = "") -> dict[str, Any]:
+    def model_config(self, version: str = "") -> ConfigDocument:
         self._check_version(version)
         return self._config_json
 
-    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+    def statistics(self, version: str = "") -> list[ModelStatistics]:
         """Nothing runs here: the groups count (their deployments are asked instead). Raises
         Triton's error for a version that is unknown or not ready."""
         if version and version not in self._states:
@@ -113,7 +113,7 @@ class RoutedModel:
             )
         return []
 
-    def metrics(self) -> list[dict[str, Any]]:
+    def metrics(self) -> list[VersionMetrics]:
         return []
 
     def pick(self) -> GroupRoute:

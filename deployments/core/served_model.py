@@ -8,15 +8,33 @@ SingleModel` and :class:`~deployments.core.ensemble_model.EnsembleModel` impleme
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.core.classification import classify
+from deployments.observability.statistics import ModelStatistics, VersionMetrics
+from repo_adapter.config import ConfigDocument
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from repo_adapter.model_state import VersionStates
+
+
+class TensorMetadata(TypedDict):
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class ModelMetadata(TypedDict):
+    """Triton's model metadata document."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
 
 
 class ServedModel(Protocol):
@@ -33,11 +51,11 @@ class ServedModel(Protocol):
         """Validate, run, and answer with the requested outputs."""
         ...
 
-    def metadata(self, version: str = "") -> dict[str, Any]:
+    def metadata(self, version: str = "") -> ModelMetadata:
         """Triton's model metadata document."""
         ...
 
-    def model_config(self, version: str = "") -> dict[str, Any]:
+    def model_config(self, version: str = "") -> ConfigDocument:
         """The normalised configuration as ``/config`` renders it."""
         ...
 
@@ -49,20 +67,20 @@ class ServedModel(Protocol):
         """Per-version state for the repository index."""
         ...
 
-    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+    def statistics(self, version: str = "") -> list[ModelStatistics]:
         """This process's statistics entries (Triton's statistics extension)."""
         ...
 
-    def metrics(self) -> list[dict[str, Any]]:
+    def metrics(self) -> list[VersionMetrics]:
         """This process's per-version counters of Triton's metric families."""
         ...
 
 
-def model_metadata(config: mc.ModelConfig, versions: list[str]) -> dict[str, Any]:
+def model_metadata(config: mc.ModelConfig, versions: list[str]) -> ModelMetadata:
     """Triton's model metadata: shapes get a leading -1 when the model batches."""
     batch_dims = [-1] if config.max_batch_size > 0 else []
 
-    def tensor(t) -> dict[str, Any]:
+    def tensor(t) -> TensorMetadata:
         dims = batch_dims + [int(d) for d in t.dims]
         return {"name": t.name, "datatype": config_to_protocol(t.data_type), "shape": dims}
 

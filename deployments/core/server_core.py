@@ -15,10 +15,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
-from deployments.observability.statistics import merge_entries
+from deployments.core.served_model import ModelMetadata
+from deployments.observability.log_settings import LogSettingsDocument
+from deployments.observability.statistics import ModelStatistics, merge_entries
+from deployments.observability.status import StatusDocument
+from deployments.observability.trace_settings import TraceSettingsDocument
+from repo_adapter.config import ConfigDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import JsonObject
+from repo_adapter.live_repository import IndexEntry
 from repo_adapter.request_validation import model_not_found
 
 logger = logging.getLogger(__name__)
@@ -47,6 +54,12 @@ _HANDLE_TIMEOUT_S = 5.0
 VIEW_TTL_S = 1.0
 
 
+class ServerMetadata(TypedDict):
+    name: str
+    version: str
+    extensions: list[str]
+
+
 class ModelCalls(Protocol):
     """How the server reaches a deployed model, wherever it runs (errors are Triton's)."""
 
@@ -54,11 +67,11 @@ class ModelCalls(Protocol):
 
     async def metadata(
         self, model: str, version: str = "", timeout_s: float | None = None
-    ) -> dict[str, Any]: ...
+    ) -> ModelMetadata: ...
 
     async def model_config(
         self, model: str, version: str = "", timeout_s: float | None = None
-    ) -> dict[str, Any]: ...
+    ) -> ConfigDocument: ...
 
     async def is_ready(
         self, model: str, version: str = "", timeout_s: float | None = None
@@ -66,7 +79,7 @@ class ModelCalls(Protocol):
 
     async def statistics(
         self, model: str, version: str = "", timeout_s: float | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ModelStatistics]:
         """The model's statistics summed over every replica serving it."""
         ...
 
@@ -95,26 +108,26 @@ class Repository(Protocol):
 
     async def view(self) -> RepositoryView: ...
 
-    async def index(self, ready_only: bool) -> list[dict[str, Any]]: ...
+    async def index(self, ready_only: bool) -> list[IndexEntry]: ...
 
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None: ...
 
     async def unload(self, model: str, unload_dependents: bool) -> None: ...
 
-    async def status(self) -> dict[str, Any]: ...
+    async def status(self) -> StatusDocument: ...
 
 
 class RuntimeSettings(Protocol):
     """The server-wide settings clients change at run time, Triton's logging and trace
     extensions (in a cluster: kept by the controller, followed by every replica)."""
 
-    async def log_settings(self) -> dict[str, Any]: ...
+    async def log_settings(self) -> LogSettingsDocument: ...
 
-    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]: ...
+    async def update_log_settings(self, changes: JsonObject) -> LogSettingsDocument: ...
 
     async def trace_settings(
-        self, model: str | None, changes: dict[str, Any] | None
-    ) -> dict[str, Any]: ...
+        self, model: str | None, changes: JsonObject | None
+    ) -> TraceSettingsDocument: ...
 
 
 class ServerCore:
@@ -143,16 +156,16 @@ class ServerCore:
             self._view, self._view_at = view, time.monotonic()
         return self._view
 
-    async def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+    async def model_metadata(self, model: str, version: str = "") -> ModelMetadata:
         return await self.models.metadata(model, version, timeout_s=_HANDLE_TIMEOUT_S)
 
-    async def model_config(self, model: str, version: str = "") -> dict[str, Any]:
+    async def model_config(self, model: str, version: str = "") -> ConfigDocument:
         return await self.models.model_config(model, version, timeout_s=_HANDLE_TIMEOUT_S)
 
     async def model_ready(self, model: str, version: str = "") -> bool:
         return await self.models.is_ready(model, version, timeout_s=_HANDLE_TIMEOUT_S)
 
-    async def model_statistics(self, model: str, version: str = "") -> list[dict[str, Any]]:
+    async def model_statistics(self, model: str, version: str = "") -> list[ModelStatistics]:
         return await self.models.statistics(model, version, timeout_s=_HANDLE_TIMEOUT_S)
 
     async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
@@ -162,7 +175,7 @@ class ServerCore:
     async def is_deployed(self, model: str) -> bool:
         return model in (await self.view()).served
 
-    async def server_metadata(self) -> dict[str, Any]:
+    async def server_metadata(self) -> ServerMetadata:
         extensions = list(EXTENSIONS)
         if not (await self.view()).config_owned:
             extensions.insert(extensions.index("model_repository") + 1, UNLOAD_DEPENDENTS)
@@ -178,8 +191,8 @@ class ServerCore:
             return False
         return all(states)
 
-    async def all_statistics(self) -> list[dict[str, Any]]:
-        entries: list[dict[str, Any]] = []
+    async def all_statistics(self) -> list[ModelStatistics]:
+        entries: list[ModelStatistics] = []
         for model in (await self.view()).served:
             try:
                 entries.extend(await self.model_statistics(model))
@@ -189,24 +202,24 @@ class ServerCore:
                 logger.warning("no statistics from model '%s'", model)
         return merge_entries(entries)
 
-    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+    async def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
         return await self.repository.index(ready_only)
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> StatusDocument:
         """rayton's status document (``rayton status``): models, versions, replicas."""
         return await self.repository.status()
 
-    async def log_settings(self) -> dict[str, Any]:
+    async def log_settings(self) -> LogSettingsDocument:
         """Triton's logging extension: the settings every replica follows."""
         return await self.settings.log_settings()
 
-    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update_log_settings(self, changes: JsonObject) -> LogSettingsDocument:
         """Apply ``changes`` everywhere; the new settings (Triton's errors for bad ones)."""
         return await self.settings.update_log_settings(changes)
 
     async def trace_settings(
-        self, model: str | None, changes: dict[str, Any] | None
-    ) -> dict[str, Any]:
+        self, model: str | None, changes: JsonObject | None
+    ) -> TraceSettingsDocument:
         """Triton's trace extension: the server's (``model`` None) or a model's settings,
         changed first when ``changes`` is given (Triton's errors for bad ones)."""
         return await self.settings.trace_settings(model, changes)

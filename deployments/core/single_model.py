@@ -14,16 +14,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.core.batching import AdmissionFactory, BatchPolicy, DynamicBatcher
-from deployments.core.served_model import model_metadata, select_outputs
-from deployments.observability.statistics import VersionStatistics
+from deployments.core.served_model import ModelMetadata, model_metadata, select_outputs
+from deployments.observability.statistics import ModelStatistics, VersionMetrics, VersionStatistics
 from deployments.observability.tracing import TRACER, child_trace
 from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, backend_class
-from repo_adapter.config import config_to_json_dict
+from repo_adapter.config import ConfigDocument, config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from repo_adapter.model_state import ModelState, VersionState, VersionStates
@@ -148,7 +147,7 @@ class SingleModel:
 
     # ------------------------------------------------------------------ protocol API
 
-    def metadata(self, version: str = "") -> dict[str, Any]:
+    def metadata(self, version: str = "") -> ModelMetadata:
         """Triton's model metadata (``GET /v2/models/{m}[/versions/{v}]``)."""
         if version:
             self._runner(version)
@@ -159,12 +158,12 @@ class SingleModel:
             versions = [str(v) for v in self.ready_versions]
         return model_metadata(self.config, versions)
 
-    def model_config(self, version: str = "") -> dict[str, Any]:
+    def model_config(self, version: str = "") -> ConfigDocument:
         """The normalised config as ``/config`` renders it."""
         self._runner(version)
         return self._config_json
 
-    def statistics(self, version: str = "") -> list[dict[str, Any]]:
+    def statistics(self, version: str = "") -> list[ModelStatistics]:
         """Statistics JSON entries of the ready versions (or of ``version``)."""
         if not self.runners:
             raise InferenceServerError(
@@ -179,7 +178,7 @@ class SingleModel:
             return [self.runners[int(version)].statistics.to_json()]
         return [self.runners[v].statistics.to_json() for v in self.ready_versions]
 
-    def metrics(self) -> list[dict[str, Any]]:
+    def metrics(self) -> list[VersionMetrics]:
         """Per-version counters of Triton's metric families (see
         :mod:`deployments.metrics.families`): the statistics' records, the queue, load time."""
         return [

@@ -26,8 +26,11 @@ from deployments.http.responses import (
     json_response,
 )
 from deployments.http.wire import RawInputSpec
+from deployments.observability.statistics import ModelStatistics
+from deployments.observability.trace_settings import TraceSettingsDocument
 from deployments.observability.tracing import TRACER
 from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ RESPONSE_COMPRESSION_LEVEL = 1
 
 TRACE_SETTING = "trace/setting"
 # (model, changes or None for a read) -> Triton's trace settings of the model
-TraceSettingFn = Callable[[str, "dict[str, Any] | None"], Awaitable[dict[str, Any]]]
+TraceSettingFn = Callable[[str, "JsonObject | None"], Awaitable[TraceSettingsDocument]]
 
 
 def split_model_path(path: str, model: str) -> tuple[str, str] | None:
@@ -65,7 +68,7 @@ class ModelHttpEndpoints:
     def __init__(
         self,
         served: ServedModel,
-        statistics: Callable[[str], Awaitable[list[dict[str, Any]]]],
+        statistics: Callable[[str], Awaitable[list[ModelStatistics]]],
         trace_setting: TraceSettingFn,
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     ) -> None:

@@ -25,7 +25,7 @@ from repo_adapter.datatypes import (
     protocol_to_numpy,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferTensor, RequestedOutput
+from repo_adapter.inference_types import InferRequest, InferTensor, JsonObject, RequestedOutput
 from repo_adapter.request_validation import log_request
 
 # Input parameters that only describe where the data travels; models never see them.
@@ -57,7 +57,7 @@ def _is_uint(value: Any) -> bool:
     return type(value) is int and 0 <= value < _UINT64_LIMIT
 
 
-def _shared_memory_location(parameters: dict[str, Any]) -> tuple[str, int, int]:
+def _shared_memory_location(parameters: JsonObject) -> tuple[str, int, int]:
     region = parameters["shared_memory_region"]
     if not isinstance(region, str):
         raise InferenceServerError(f"Unable to parse 'shared_memory_region': {_NOT_STRING}")
@@ -158,7 +158,7 @@ def _inference_header_length(value: str | None, body_length: int) -> int | None:
     return length
 
 
-def parse_json_object(buffer: bytes | bytearray | memoryview) -> dict[str, Any]:
+def parse_json_object(buffer: bytes | bytearray | memoryview) -> JsonObject:
     try:
         header = json_loads(buffer)
     except json.JSONDecodeError as err:
@@ -174,7 +174,7 @@ def parse_json_object(buffer: bytes | bytearray | memoryview) -> dict[str, Any]:
     return header
 
 
-def _request_id(header: dict[str, Any]) -> str:
+def _request_id(header: JsonObject) -> str:
     request_id = header.get("id", "")
     if not isinstance(request_id, str):
         raise InferenceServerError(f"Unable to parse 'id': {_NOT_STRING}")
@@ -196,7 +196,7 @@ _RESERVED_PARAMETER_CHECKS = {
 }
 
 
-def _request_parameters(header: dict[str, Any]) -> dict[str, Any]:
+def _request_parameters(header: JsonObject) -> JsonObject:
     parameters = header.get("parameters")
     if parameters is None:
         return {}
@@ -223,7 +223,7 @@ def _request_parameters(header: dict[str, Any]) -> dict[str, Any]:
     return parameters
 
 
-def _member(entry: dict[str, Any], key: str, kind: type, complaint: str) -> Any:
+def _member(entry: JsonObject, key: str, kind: type, complaint: str) -> Any:
     """``entry[key]`` checked against ``kind``, failing with Triton's 'Unable to parse' message."""
     if key not in entry:
         raise InferenceServerError(
@@ -235,7 +235,7 @@ def _member(entry: dict[str, Any], key: str, kind: type, complaint: str) -> Any:
     return value
 
 
-def _parameters_of(entry: dict[str, Any]) -> dict[str, Any]:
+def _parameters_of(entry: JsonObject) -> JsonObject:
     parameters = entry.get("parameters")
     if parameters is None:
         return {}
@@ -245,7 +245,7 @@ def _parameters_of(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _decode_inputs(
-    header: dict[str, Any],
+    header: JsonObject,
     payload: memoryview,
     model_name: str,
 ) -> list[InferTensor]:
@@ -305,7 +305,7 @@ def _decode_input(
     return InferTensor(name, datatype, data, tensor_parameters), offset
 
 
-def _check_input_content(entry: dict[str, Any], parameters: dict[str, Any]) -> None:
+def _check_input_content(entry: JsonObject, parameters: JsonObject) -> None:
     """Exactly one of JSON data, binary data and shared memory (Triton's wording)."""
     present = [
         field
@@ -324,7 +324,7 @@ def _check_input_content(entry: dict[str, Any], parameters: dict[str, Any]) -> N
         )
 
 
-def _input_shape(entry: dict[str, Any], name: str) -> tuple[tuple[int, ...], int]:
+def _input_shape(entry: JsonObject, name: str) -> tuple[tuple[int, ...], int]:
     """The validated shape and its element count."""
     shape = _member(entry, "shape", list, _NOT_ARRAY)
     if not all(_is_uint(dim) for dim in shape):
@@ -349,7 +349,7 @@ def _input_dtype(datatype: str, name: str) -> np.dtype:
         raise InferenceServerError(f"invalid datatype '{datatype}' for input '{name}'") from None
 
 
-def _read_shared_memory(parameters: dict[str, Any]) -> bytes | memoryview:
+def _read_shared_memory(parameters: JsonObject) -> bytes | memoryview:
     """No region is ever registered (no shared-memory extension): Triton's unknown-region error."""
     region, _, _ = _shared_memory_location(parameters)
     raise InferenceServerError(
@@ -443,7 +443,7 @@ def _bytes_from_json(data: list, name: str) -> np.ndarray:
     return array
 
 
-def _requested_outputs(header: dict[str, Any]) -> list[RequestedOutput]:
+def _requested_outputs(header: JsonObject) -> list[RequestedOutput]:
     if header.get("outputs") is None:
         return []
     entries = _member(header, "outputs", list, _NOT_ARRAY)
@@ -478,7 +478,7 @@ def _requested_output(entry: Any) -> RequestedOutput:
     )
 
 
-def _check_shared_memory_output(parameters: dict[str, Any]) -> None:
+def _check_shared_memory_output(parameters: JsonObject) -> None:
     # Classification results are computed after the output exists, so they can't go to shm.
     if "classification" in parameters:
         raise InferenceServerError(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,6 +26,7 @@ from deployments.http.responses import (
 )
 from deployments.http.wire import json_loads
 from repo_adapter.errors import InferenceServerError
+from repo_adapter.inference_types import JsonObject
 
 # rayton's own route (not Triton's): what `rayton status --url` reads.
 STATUS_PATH = "/v2/rayton/status"
@@ -119,7 +119,7 @@ class ServerHttpEndpoints:
         return error_response(await self.core.undeployed_model_error(model, version, action))
 
 
-def _parameters(body: bytes) -> dict[str, Any]:
+def _parameters(body: bytes) -> JsonObject:
     """The ``parameters`` object of a load / unload body (absent or empty body: none)."""
     if not body:
         return {}
@@ -135,7 +135,7 @@ def _parameters(body: bytes) -> dict[str, Any]:
     return parameters
 
 
-def load_parameters(parameters: dict[str, Any]) -> tuple[str | None, dict[str, bytes]]:
+def load_parameters(parameters: JsonObject) -> tuple[str | None, dict[str, bytes]]:
     """``(config JSON or None, {"file:<path>": contents})`` of an HTTP load request."""
     config = None
     files: dict[str, bytes] = {}
@@ -160,7 +160,7 @@ def load_parameters(parameters: dict[str, Any]) -> tuple[str | None, dict[str, b
     return config, files
 
 
-def unload_dependents(parameters: dict[str, Any]) -> bool:
+def unload_dependents(parameters: JsonObject) -> bool:
     value = parameters.get("unload_dependents", False)
     if not isinstance(value, bool):
         raise InferenceServerError(

@@ -24,6 +24,8 @@ from deployments.metrics.system import (
     gpu_families,
     memory_bytes,
 )
+from deployments.observability.statistics import VersionMetrics
+from repo_adapter.python_backend.metrics import CustomFamily
 
 
 @dataclass
@@ -31,8 +33,8 @@ class MetricsSnapshot:
     """One replica's metric counters: each served version's (see :meth:`deployments.core.
     model_slot.ModelSlot.metrics`) and its python models' own families (``collect_metrics``)."""
 
-    versions: list[dict[str, Any]] = field(default_factory=list)
-    custom: list[dict[str, Any]] = field(default_factory=list)
+    versions: list[VersionMetrics] = field(default_factory=list)
+    custom: list[CustomFamily] = field(default_factory=list)
 
 
 ReplicaSnapshots = Callable[[], Awaitable[list[MetricsSnapshot]]]
@@ -64,7 +66,7 @@ class MetricsCollector:
             families += cpu_families(self._cpu.utilization(), memory_bytes())
         self._system = families
 
-    async def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def snapshot(self) -> tuple[list[dict[str, Any]], list[CustomFamily]]:
         """(merged model versions, merged custom families) over every replica now."""
         replicas = await self._fetch()
         versions = merge_versions(v for replica in replicas for v in replica.versions)

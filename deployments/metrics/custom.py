@@ -8,31 +8,31 @@ up, a gauge shows the value set last (its samples carry when they were set).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from deployments.metrics.exposition import Family
+from repo_adapter.python_backend.metrics import CustomFamily, MetricSample
 
 _TRITON_PREFIX = "nv_"  # Triton's own families; a model may not shadow them
 
 
-def merge_custom(snapshots: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def merge_custom(snapshots: Iterable[list[CustomFamily]]) -> list[CustomFamily]:
     """One snapshot (``collect_metrics`` form) from several replicas' snapshots."""
-    families: dict[str, dict[str, Any]] = {}
+    families: dict[str, CustomFamily] = {}
+    by_labels: dict[str, dict[tuple[tuple[str, str], ...], MetricSample]] = {}
     for snapshot in snapshots:
         for family in snapshot:
-            merged = families.setdefault(
-                family["name"], {**family, "samples": [], "_by_labels": {}}
-            )
+            merged = families.setdefault(family["name"], CustomFamily(**{**family, "samples": []}))
             if merged["kind"] != family["kind"]:
                 continue  # declared with another kind elsewhere: the first one wins
+            samples = by_labels.setdefault(family["name"], {})
             for sample in family["samples"]:
                 key = tuple(sorted(sample["labels"].items()))
-                found = merged["_by_labels"].get(key)
+                found = samples.get(key)
                 if found is None:
-                    copy = {**sample}
+                    copy = MetricSample(**sample)
                     if "buckets" in copy:
                         copy["buckets"] = dict(copy["buckets"])
-                    merged["_by_labels"][key] = copy
+                    samples[key] = copy
                     merged["samples"].append(copy)
                 elif family["kind"] == "gauge":
                     if sample.get("updated", 0.0) >= found.get("updated", 0.0):
@@ -44,12 +44,10 @@ def merge_custom(snapshots: Iterable[list[dict[str, Any]]]) -> list[dict[str, An
                     found["count"] += sample["count"]
                 else:
                     found["value"] += sample["value"]
-    for family in families.values():
-        del family["_by_labels"]
     return list(families.values())
 
 
-def custom_families(snapshot: list[dict[str, Any]]) -> list[Family]:
+def custom_families(snapshot: list[CustomFamily]) -> list[Family]:
     """Exposition families of a merged snapshot (names starting ``nv_`` are left out)."""
     families = []
     for entry in snapshot:

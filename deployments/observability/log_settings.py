@@ -16,13 +16,25 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import JsonObject
 
 LOGGER_ROOTS = ("deployments", "repo_adapter", "cluster", "rayton")
 LOG_FORMATS = ("default", "ISO8601")
 _BOOLEANS = ("log_info", "log_warning", "log_error")
+
+
+class LogSettingsDocument(TypedDict):
+    """Triton's log settings as its logging extension answers them."""
+
+    log_file: str
+    log_info: bool
+    log_warning: bool
+    log_error: bool
+    log_verbose_level: int
+    log_format: str
 
 
 @dataclass(frozen=True)
@@ -36,10 +48,10 @@ class LogSettings:
     log_verbose_level: int = 0
     log_format: str = "default"
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> LogSettingsDocument:
+        return LogSettingsDocument(**asdict(self))
 
-    def updated(self, changes: dict[str, Any]) -> LogSettings:
+    def updated(self, changes: JsonObject) -> LogSettings:
         """These settings with ``changes`` applied, checked as Triton checks them (other keys
         are ignored, as Triton ignores them).
 

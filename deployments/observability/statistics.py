@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
+
+from typing_extensions import NotRequired
 
 from deployments.observability.latency_sketch import WindowedSketch
 from repo_adapter.inference_types import ComputeTimes
@@ -37,6 +39,60 @@ FAILURE_REASONS = (REJECTED, CANCELED, BACKEND, OTHER)
 LATENCY_KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
 
 
+class DurationDocument(TypedDict):
+    count: int
+    ns: int
+
+
+class BatchDocument(TypedDict):
+    batch_size: int
+    compute_input: DurationDocument
+    compute_infer: DurationDocument
+    compute_output: DurationDocument
+
+
+class MemoryUsageDocument(TypedDict):
+    type: str
+    id: int
+    byte_size: int
+
+
+class ModelStatistics(TypedDict):
+    """One model version's entry of Triton's statistics extension."""
+
+    name: str
+    version: str
+    last_inference: int
+    inference_count: int
+    execution_count: int
+    inference_stats: dict[str, DurationDocument]  # by _INFERENCE_STAT_KEYS
+    response_stats: dict[str, dict[str, DurationDocument]]  # decoupled models' (none here)
+    batch_stats: list[BatchDocument]
+    memory_usage: list[MemoryUsageDocument]
+
+
+class VersionMetrics(TypedDict):
+    """One model version's counters behind Triton's metric families (one replica's, or
+    summed over replicas)."""
+
+    model: str
+    version: str
+    success: int
+    failures: dict[str, int]  # by FAILURE_REASONS
+    inference_count: int
+    execution_count: int
+    request_ns: int
+    queue_ns: int
+    compute_input_ns: int
+    compute_infer_ns: int
+    compute_output_ns: int
+    latency_windows: dict[str, dict[int, dict[int, int]]]  # by LATENCY_KINDS: sketch slots
+    # Added by the served model: requests queued now, load time, a GPU model's device.
+    pending: NotRequired[int]
+    load_duration_s: NotRequired[float]
+    gpu_uuid: NotRequired[str]
+
+
 @dataclass
 class Duration:
     count: int = 0
@@ -46,7 +102,7 @@ class Duration:
         self.count += count
         self.ns += ns
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> DurationDocument:
         return {"count": self.count, "ns": self.ns}
 
 
@@ -141,7 +197,7 @@ class VersionStatistics:
         self.durations["fail"].add(time.monotonic_ns() - arrival_ns)
         self.failures[reason] += 1
 
-    def metrics_entry(self) -> dict[str, Any]:
+    def metrics_entry(self) -> VersionMetrics:
         """The counters of Triton's per-model metric families, from the same records as
         :meth:`to_json` (see :mod:`deployments.metrics.families`)."""
         durations = self.durations
@@ -160,7 +216,7 @@ class VersionStatistics:
             "latency_windows": {kind: s.snapshot() for kind, s in self.latencies.items()},
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ModelStatistics:
         return {
             "name": self.name,
             "version": self.version,
@@ -182,9 +238,9 @@ class VersionStatistics:
         }
 
 
-def merge_statistics(entries: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_statistics(entries: list[ModelStatistics]) -> ModelStatistics:
     """Sum the statistics JSON of the same model version from several replicas."""
-    merged = {**entries[0]}
+    merged = ModelStatistics(**entries[0])
     merged["inference_stats"] = {
         key: {
             "count": sum(e["inference_stats"][key]["count"] for e in entries),
@@ -195,24 +251,28 @@ def merge_statistics(entries: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("inference_count", "execution_count"):
         merged[key] = sum(e[key] for e in entries)
     merged["last_inference"] = max(e["last_inference"] for e in entries)
-    sizes: dict[int, dict[str, Any]] = {}
+    sizes: dict[int, BatchDocument] = {}
     for entry in entries:
         for batch in entry["batch_stats"]:
             target = sizes.setdefault(
                 batch["batch_size"],
-                {"batch_size": batch["batch_size"]}
-                | {k: {"count": 0, "ns": 0} for k in _COMPUTE_KEYS},
+                BatchDocument(
+                    batch_size=batch["batch_size"],
+                    compute_input={"count": 0, "ns": 0},
+                    compute_infer={"count": 0, "ns": 0},
+                    compute_output={"count": 0, "ns": 0},
+                ),
             )
             for key in _COMPUTE_KEYS:
-                target[key]["count"] += batch[key]["count"]
-                target[key]["ns"] += batch[key]["ns"]
+                target[key]["count"] += batch[key]["count"]  # type: ignore[literal-required]
+                target[key]["ns"] += batch[key]["ns"]  # type: ignore[literal-required]
     merged["batch_stats"] = [sizes[s] for s in sorted(sizes)]
     return merged
 
 
-def merge_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_entries(entries: list[ModelStatistics]) -> list[ModelStatistics]:
     """Entries of many replicas (and models) -> one merged entry per model version."""
-    by_version: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    by_version: dict[tuple[str, str], list[ModelStatistics]] = {}
     for entry in entries:
         by_version.setdefault((entry["name"], entry["version"]), []).append(entry)
     return [merge_statistics(group) for group in by_version.values()]

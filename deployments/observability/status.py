@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypedDict
+
+from repo_adapter.live_repository import IndexEntry
 
 
 @dataclass(frozen=True)
@@ -26,27 +28,52 @@ class ReplicaInfo:
     models: list[str] = field(default_factory=list)
 
 
+class VersionStatus(TypedDict):
+    version: str
+    state: str
+    reason: str
+
+
+class ModelStatus(TypedDict):
+    versions: list[VersionStatus]
+    replicas: list[dict[str, object]]  # a ReplicaInfo's fields but ``models``
+
+
+class StatusDocument(TypedDict):
+    """``rayton status --json``."""
+
+    repository: str
+    model_control_mode: str
+    models: dict[str, ModelStatus]
+
+
 def status_document(
     repository: str,
     control_mode: str,
-    index: Iterable[dict[str, Any]],
+    index: Iterable[IndexEntry],
     replicas: Iterable[ReplicaInfo],
-) -> dict[str, Any]:
+) -> StatusDocument:
     """One entry per model of the index: its versions (state, reason) and its replicas."""
-    models: dict[str, dict[str, Any]] = {}
+    models: dict[str, ModelStatus] = {}
     for entry in index:
-        model = models.setdefault(entry["name"], {"versions": [], "replicas": []})
+        model = models.setdefault(entry["name"], ModelStatus(versions=[], replicas=[]))
         if "version" in entry:
-            model["versions"].append({k: entry.get(k, "") for k in ("version", "state", "reason")})
+            model["versions"].append(
+                VersionStatus(
+                    version=entry["version"],
+                    state=entry.get("state", ""),
+                    reason=entry.get("reason", ""),
+                )
+            )
     for info in replicas:
         where = {key: value for key, value in asdict(info).items() if key != "models"}
         for name in info.models:
             if name in models:
                 models[name]["replicas"].append(where)
-    return {"repository": repository, "model_control_mode": control_mode, "models": models}
+    return StatusDocument(repository=repository, model_control_mode=control_mode, models=models)
 
 
-def format_status(document: dict[str, Any]) -> str:
+def format_status(document: StatusDocument) -> str:
     """Plain text: a line per model version, then the model's replicas (node, GPUs, pid)."""
     lines = [
         f"repository {document['repository']} "

@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Any
 
-from repo_adapter.request_trace import trace_events
+from repo_adapter.request_trace import TraceEvent, TraceRecord, trace_events
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class TraceFileWriter:
         self.path = path
         self._ids: dict[str, int] = {}
         self._last_id = 0
-        self._pending: list[list[dict[str, Any]]] = []  # traces of the next numbered part
+        self._pending: list[list[TraceEvent]] = []  # traces of the next numbered part
         self._next_part = 0
         self._single_started = False
 
@@ -50,7 +50,7 @@ class TraceFileWriter:
             forget_oldest(self._ids)
         return found
 
-    def write(self, records: list[dict[str, Any]], log_frequency: int) -> None:
+    def write(self, records: list[TraceRecord], log_frequency: int) -> None:
         """Write ``records`` (``RequestTrace.to_record``) as ``log_frequency`` says."""
         traces = []
         for record in records:
@@ -79,14 +79,14 @@ class TraceFileWriter:
             part, self._pending = self._pending, []
             self._write_part(part)
 
-    def _write_part(self, traces: list[list[dict[str, Any]]]) -> None:
+    def _write_part(self, traces: list[list[TraceEvent]]) -> None:
         events = [event for trace in traces for event in trace]
         path = f"{self.path}.{self._next_part}"
         self._next_part += 1
         with open(path, "w", encoding="utf-8") as out:
             json.dump(events, out, separators=(",", ":"))
 
-    def _append_single(self, events: list[dict[str, Any]]) -> None:
+    def _append_single(self, events: list[TraceEvent]) -> None:
         if not events:
             return
         body = ",".join(json.dumps(e, separators=(",", ":")) for e in events)

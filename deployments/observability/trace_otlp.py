@@ -22,6 +22,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from deployments.observability.trace_file import forget_oldest
+from repo_adapter.request_trace import TraceRecord
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class OtlpTraceExporter:
             forget_oldest(self._trace_ids)
         return found
 
-    def spans(self, record: dict[str, Any]) -> list[trace_pb2.Span]:
+    def spans(self, record: TraceRecord) -> list[trace_pb2.Span]:
         """Triton's spans of one trace record."""
         key, parent = record["key"], record.get("parent_key") or ""
         offset = record.get("epoch_offset_ns", 0)
@@ -101,7 +102,7 @@ class OtlpTraceExporter:
             spans.append(_span(trace_id, os.urandom(8), model_id, "compute", compute, compute, []))
         return spans
 
-    def request(self, records: list[dict[str, Any]]) -> trace_service_pb2.ExportTraceServiceRequest:
+    def request(self, records: list[TraceRecord]) -> trace_service_pb2.ExportTraceServiceRequest:
         spans = [span for record in records for span in self.spans(record)]
         export = trace_service_pb2.ExportTraceServiceRequest()
         resource_spans = export.resource_spans.add()
@@ -113,7 +114,7 @@ class OtlpTraceExporter:
         scope_spans.spans.extend(spans)
         return export
 
-    def export(self, records: list[dict[str, Any]]) -> None:
+    def export(self, records: list[TraceRecord]) -> None:
         """POST the records' spans (blocking: run it off the event loop)."""
         body = self.request(records).SerializeToString()
         request = urllib.request.Request(

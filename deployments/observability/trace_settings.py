@@ -2,7 +2,7 @@
 gRPC ``TraceSetting``): the server-wide settings, per-model overrides, and their checks.
 
 The repository controller owns one :class:`TraceSettingsTable` and sends its
-:meth:`~TraceSettingsTable.to_json` to every replica, whose tracer samples requests by it
+:meth:`~TraceSettingsTable.plan` to every replica, whose tracer samples requests by it
 (:mod:`deployments.observability.tracing`). Values are Triton's: numbers travel as strings; ``null``
 clears a model's override (the model follows the server's setting again) or resets a server
 setting to its start-up value; ``trace_file`` is set at start-up only (``--trace-config
@@ -15,8 +15,8 @@ while tracing is off, and a body that is not an object are errors.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict
 
 from repo_adapter.errors import InferenceServerError, StatusCode
 
@@ -36,6 +36,17 @@ _FIELDS = {
 }
 
 
+class TraceSettingsDocument(TypedDict):
+    """Triton's trace settings as its trace extension answers them (numbers as strings)."""
+
+    trace_level: list[str]
+    trace_rate: str
+    trace_count: str
+    log_frequency: str
+    trace_file: str
+    trace_mode: str
+
+
 @dataclass(frozen=True)
 class TraceSettings:
     """One set of trace settings, with Triton's defaults (tracing off)."""
@@ -51,7 +62,7 @@ class TraceSettings:
     def tracing(self) -> bool:
         return bool(self.level) and self.count != 0
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> TraceSettingsDocument:
         """Triton's JSON answer."""
         return {
             "trace_level": list(self.level) or [OFF],
@@ -61,13 +72,6 @@ class TraceSettings:
             "trace_file": self.file,
             "trace_mode": self.mode,
         }
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "level": list(self.level)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TraceSettings:
-        return cls(**{**data, "level": tuple(data.get("level", ()))})
 
 
 def _invalid(message: str) -> InferenceServerError:
@@ -177,10 +181,10 @@ class TraceSettingsTable:
         override = self.overrides.get(model or "")
         return replace(self.server, **override) if override else self.server
 
-    def view(self, model: str | None = None) -> dict[str, Any]:
+    def view(self, model: str | None = None) -> TraceSettingsDocument:
         return self.effective(model).view()
 
-    def update(self, changes: Any, model: str | None = None) -> dict[str, Any]:
+    def update(self, changes: Any, model: str | None = None) -> TraceSettingsDocument:
         """Apply Triton's ``changes`` to the server (``model`` None) or to one model; all or
         nothing. Returns the resulting view."""
         parsed = parse_changes(changes)
@@ -225,28 +229,21 @@ class TraceSettingsTable:
             self.server = replace(self.server, count=count - kept)
         return kept
 
-    def to_json(self) -> dict[str, Any]:
-        """What the replicas' tracers follow."""
-        return {
-            "server": self.server.to_json(),
-            "overrides": {
-                model: {**o, **({"level": list(o["level"])} if "level" in o else {})}
-                for model, o in self.overrides.items()
-            },
-        }
+    def plan(self) -> TracePlan:
+        """What the replicas' tracers follow: each overridden model's effective settings."""
+        return TracePlan(self.server, {model: self.effective(model) for model in self.overrides})
 
 
-def table_from_json(data: dict[str, Any]) -> tuple[TraceSettings, dict[str, TraceSettings]]:
-    """``(server settings, {model: its effective settings})`` from :meth:`TraceSettingsTable.
-    to_json` (a replica's view)."""
-    server = TraceSettings.from_json(data["server"])
-    models = {}
-    for model, override in data.get("overrides", {}).items():
-        values = dict(override)
-        if "level" in values:
-            values["level"] = tuple(values["level"])
-        models[model] = replace(server, **values)
-    return server, models
+@dataclass(frozen=True)
+class TracePlan:
+    """The settings a replica's tracer samples by: the server's, and each model's that has
+    its own (:meth:`TraceSettingsTable.plan`)."""
+
+    server: TraceSettings = field(default_factory=lambda: TraceSettings())
+    models: dict[str, TraceSettings] = field(default_factory=dict)
+
+    def settings(self, model: str) -> TraceSettings:
+        return self.models.get(model, self.server)
 
 
 SETTING_NAMES = tuple(_FIELDS)
@@ -254,9 +251,9 @@ __all__ = [
     "LEVELS",
     "OFF",
     "SETTING_NAMES",
+    "TracePlan",
     "TraceSettings",
     "TraceSettingsTable",
     "check",
     "parse_changes",
-    "table_from_json",
 ]

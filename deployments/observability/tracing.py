@@ -23,13 +23,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from deployments.observability.trace_settings import TraceSettings, table_from_json
+from deployments.observability.trace_settings import TracePlan, TraceSettings
 from repo_adapter.inference_types import InferRequest
-from repo_adapter.request_trace import RequestTrace
+from repo_adapter.request_trace import RequestTrace, TraceRecord
 
 logger = logging.getLogger(__name__)
 
-Sink = Callable[[list[dict[str, Any]]], Awaitable[Any]]
+Sink = Callable[[list[TraceRecord]], Awaitable[Any]]
 SHIP_DELAY_S = 0.2  # finished traces wait this long for company before they are shipped
 
 
@@ -45,12 +45,12 @@ class Tracer:
         self._keys = itertools.count(1)
         self._prefix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._sink: Sink | None = None
-        self._outbox: list[dict[str, Any]] = []
+        self._outbox: list[TraceRecord] = []
         self._ship_task: asyncio.Task | None = None
 
-    def configure(self, table: dict[str, Any]) -> None:
-        """Follow the controller's settings table (``TraceSettingsTable.to_json``)."""
-        server, models = table_from_json(table)
+    def configure(self, plan: TracePlan) -> None:
+        """Follow the controller's trace settings (``TraceSettingsTable.plan``)."""
+        server, models = plan.server, plan.models
         self._server, self._models = server, models
         self._any_on = server.tracing or any(s.tracing for s in models.values())
         self._left = {}  # the controller's counts are the truth again

@@ -14,9 +14,30 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from repo_adapter.python_backend.triton_error import TritonModelException
+
+
+class MetricSample(TypedDict, total=False):
+    """One label set's value: ``value`` (and a gauge's ``updated``), or a histogram's
+    cumulative ``buckets`` (upper bound -> count), ``sum`` and ``count``."""
+
+    labels: dict[str, str]
+    value: float
+    updated: float
+    buckets: dict[float, int]
+    sum: float
+    count: int
+
+
+class CustomFamily(TypedDict):
+    """One custom metric family as :func:`collect_metrics` snapshots it."""
+
+    name: str
+    description: str
+    kind: str  # "counter", "gauge" or "histogram"
+    samples: list[MetricSample]
 
 
 class MetricKind(enum.IntEnum):
@@ -151,7 +172,7 @@ class MetricFamily:
         return Metric(self._family, series)
 
 
-def collect_metrics() -> list[dict[str, Any]]:
+def collect_metrics() -> list[CustomFamily]:
     """Snapshot of every family: name, description, kind and per-label-set samples.
 
     Histogram samples carry cumulative ``buckets`` (upper bound -> count), ``sum`` and
@@ -162,7 +183,7 @@ def collect_metrics() -> list[dict[str, Any]]:
         for family in _FAMILIES.values():
             samples = []
             for key, series in family.series.items():
-                sample: dict[str, Any] = {"labels": dict(key)}
+                sample = MetricSample(labels=dict(key))
                 if family.kind == MetricKind.HISTOGRAM:
                     cumulative, running = {}, 0
                     for bound, count in zip(series.buckets, series.bucket_counts, strict=False):

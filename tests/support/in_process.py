@@ -9,15 +9,18 @@ it runs over the repository controller and deployment handles in a cluster.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from deployments.core.served_model import ModelMetadata
 from deployments.core.server_core import RepositoryView
 from deployments.core.single_model import SingleModel
 from deployments.grpc.model_infer import infer_serialized
-from deployments.observability.log_settings import LogSettings
-from deployments.observability.status import status_document
+from deployments.observability.log_settings import LogSettings, LogSettingsDocument
+from deployments.observability.statistics import ModelStatistics
+from deployments.observability.status import StatusDocument, status_document
 from repo_adapter.backends import InstanceSpec
-from repo_adapter.live_repository import LiveRepository, load_failed_error
+from repo_adapter.config import ConfigDocument
+from repo_adapter.inference_types import JsonObject
+from repo_adapter.live_repository import IndexEntry, LiveRepository, load_failed_error
 from repo_adapter.request_validation import model_not_found
 
 
@@ -41,17 +44,17 @@ class InProcessRepository:
         failed = [n for n, r in repository.records.items() if r.served is None and r.error]
         return RepositoryView(repository.served_names(), unavailable, ready=not failed)
 
-    async def index(self, ready_only: bool) -> list[dict[str, Any]]:
+    async def index(self, ready_only: bool) -> list[IndexEntry]:
         return self.repository.index(ready_only)
 
-    async def log_settings(self) -> dict[str, Any]:
+    async def log_settings(self) -> LogSettingsDocument:
         return self._log_settings.to_json()
 
-    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update_log_settings(self, changes: JsonObject) -> LogSettingsDocument:
         self._log_settings = self._log_settings.updated(changes)
         return self._log_settings.to_json()
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> StatusDocument:
         # Models run in this test process: there are no replicas to list.
         return status_document(str(self.repository.root), "explicit", self.repository.index(), [])
 
@@ -107,12 +110,12 @@ class InProcessRepository:
 
     async def metadata(
         self, model: str, version: str = "", timeout_s: float | None = None
-    ) -> dict[str, Any]:
+    ) -> ModelMetadata:
         return self._loaded(model).metadata(version)
 
     async def model_config(
         self, model: str, version: str = "", timeout_s: float | None = None
-    ) -> dict[str, Any]:
+    ) -> ConfigDocument:
         return self._loaded(model).model_config(version)
 
     async def is_ready(self, model: str, version: str = "", timeout_s: float | None = None) -> bool:
@@ -120,7 +123,7 @@ class InProcessRepository:
 
     async def statistics(
         self, model: str, version: str = "", timeout_s: float | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ModelStatistics]:
         return self._loaded(model).statistics(version)
 
     def forget(self, model: str) -> None:

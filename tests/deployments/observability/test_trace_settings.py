@@ -8,7 +8,6 @@ import pytest
 from deployments.observability.trace_settings import (
     TraceSettings,
     TraceSettingsTable,
-    table_from_json,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
 
@@ -124,6 +123,7 @@ def test_counts_are_used_up_by_their_owner():
 def test_the_replicas_table_carries_the_effective_settings():
     table = TraceSettingsTable(TRACING)
     table.update({"trace_level": ["TENSORS"], "trace_rate": "3"}, "m")
-    server, models = table_from_json(table.to_json())
+    plan = table.plan()
+    server, models = plan.server, plan.models
     assert server == TRACING
     assert models["m"] == TraceSettings(level=("TENSORS",), rate=3, file="/tmp/trace.json")

@@ -25,7 +25,7 @@ REPOSITORY = Path(__file__).parents[1] / "model_repository"
 
 def configured(tracer: Tracer, **settings) -> Tracer:
     table = TraceSettingsTable(TraceSettings(file="/unused", **settings))
-    tracer.configure(table.to_json())
+    tracer.configure(table.plan())
     return tracer
 
 
@@ -43,7 +43,7 @@ def test_a_model_with_its_own_settings_samples_on_its_own():
     tracer = Tracer()
     table = TraceSettingsTable(TraceSettings(level=("TIMESTAMPS",), rate=2, file="/t"))
     table.update({"trace_rate": "1", "trace_level": ["TENSORS"]}, "own")
-    tracer.configure(table.to_json())
+    tracer.configure(table.plan())
     own = tracer.start("own")
     assert own is not None and own.levels == {"TENSORS"}
     assert [tracer.start("other") is not None for _ in range(4)] == [False, True, False, True]
@@ -139,7 +139,7 @@ async def test_an_ensembles_steps_are_traced_as_its_children(recorder):
     async def sink(records):
         shipped.extend(records)
 
-    TRACER.configure(TraceSettingsTable(TraceSettings(file="/unused")).to_json())  # tracing off
+    TRACER.configure(TraceSettingsTable(TraceSettings(file="/unused")).plan())  # tracing off
     TRACER.set_sink(sink)
     try:
         ensemble = EnsembleModel(config, [1], {}, recorder.infer)
