@@ -45,11 +45,10 @@ from deployments.core.model_slot import SlotStatus
 from deployments.core.served_model import ModelMetadata, ServedModel
 from deployments.core.single_model import SingleModel
 from deployments.grpc.model_infer import (
+    RoutedCalls,
     SerializedMessage,
     answer_grpc,
-    infer_routed,
     infer_serialized,
-    stream_routed,
 )
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
@@ -91,6 +90,7 @@ class TritonModelHost(ControlledReplica):
         core = cluster_server_core()
         self._server = ServerHttpEndpoints(core)
         self._grpc = TritonGrpcServicer(core)
+        self._routed = RoutedCalls()
         self._started = False
 
     # ------------------------------------------------------------------ the hosted set
@@ -169,7 +169,7 @@ class TritonModelHost(ControlledReplica):
         without an application of its own (cluster/grpc_routing.py)."""
         slot = self.host.slots.get(request.model_name)
         if slot is not None:
-            return await answer_grpc(infer_routed(slot.infer, request), grpc_context)
+            return await answer_grpc(self._routed.infer(slot.infer, request), grpc_context)
         # Not hosted: unknown, unavailable, or just deployed on its own (HAProxy's routes lag
         # behind Serve's): answered as the gRPC frontend answers it.
         route = InferRoute(request.model_name, request.model_version, request.id)
@@ -187,7 +187,9 @@ class TritonModelHost(ControlledReplica):
             slot = self.host.slots.get(model)
             return None if slot is None else slot.infer
 
-        async for reply in stream_routed(request_stream, local, lambda: self._grpc.forward_infer):
+        async for reply in self._routed.stream(
+            request_stream, local, lambda: self._grpc.forward_infer
+        ):
             yield reply
 
     # ------------------------------------------------------------------ ModelReplicaApi

@@ -37,11 +37,10 @@ from deployments.core.model_slot import ModelSlot, SlotStatus
 from deployments.core.served_model import ModelMetadata, ServedModel
 from deployments.core.single_model import SingleModel
 from deployments.grpc.model_infer import (
+    RoutedCalls,
     SerializedMessage,
     answer_grpc,
-    infer_routed,
     infer_serialized,
-    stream_routed,
 )
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
@@ -71,6 +70,7 @@ class ServedModelDeployment(ControlledReplica):
             self.slot, self._statistics_here, controller_trace_setting, max_input_size
         )
         self._forwarder: TritonGrpcServicer | None = None
+        self._routed = RoutedCalls()
 
     def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
         """How to build the model ``user_config`` describes."""
@@ -99,7 +99,7 @@ class ServedModelDeployment(ControlledReplica):
     ) -> SerializedMessage:
         """Triton's ``ModelInfer`` straight from Serve's gRPC ingress (HAProxy routed it here
         by its model name: see cluster/grpc_routing.py)."""
-        return await answer_grpc(infer_routed(self.slot.infer, request), grpc_context)
+        return await answer_grpc(self._routed.infer(self.slot.infer, request), grpc_context)
 
     async def ModelStreamInfer(  # the RPC's name: Serve's gRPC ingress calls it
         self, request_stream: AsyncIterator[pb.ModelInferRequest], grpc_context: Any = None
@@ -111,7 +111,7 @@ class ServedModelDeployment(ControlledReplica):
         def local(model: str):
             return self.slot.infer if model == self.slot.name else None
 
-        async for reply in stream_routed(
+        async for reply in self._routed.stream(
             request_stream, local, lambda: self._other_models().forward_infer
         ):
             yield reply

@@ -12,9 +12,9 @@ reply (the frontend's receive and send are not in the trace).
 
 Where HAProxy routes ``ModelInfer`` by model name (:mod:`cluster.grpc_routing`), the call
 reaches the model's replica through Serve's own gRPC ingress, parsed already, with no
-frontend on the way: :func:`infer_routed` answered by :func:`answer_grpc`. A
+frontend on the way: :meth:`RoutedCalls.infer` answered by :func:`answer_grpc`. A
 ``ModelStreamInfer`` stream is routed by its first request; the replica answers each of its
-requests with :func:`infer_routed` (:mod:`deployments.grpc.streams`).
+requests the same way (:meth:`RoutedCalls.stream`, :mod:`deployments.grpc.streams`).
 """
 
 from __future__ import annotations
@@ -109,35 +109,6 @@ class SerializedMessage:
         return self.data
 
 
-class _CallsInFlight:
-    """``ModelInfer`` calls (and stream requests) this process's gRPC ingress is answering."""
-
-    count = 0
-
-
-async def infer_routed(
-    infer: InferFn, request: pb.ModelInferRequest, stream: bool = False
-) -> bytes:
-    """A ``ModelInfer`` that HAProxy routed to this model's replica by the model it names
-    (:mod:`cluster.grpc_routing`), parsed by Serve's gRPC ingress; with ``stream``, a request
-    of a ``ModelStreamInfer`` stream HAProxy routed by its first request (the reply is then a
-    ``ModelStreamInferResponse``).
-
-    A call that arrives while others are in flight has its batch run off the event loop
-    (:attr:`InferRequest.offload_execution`; BENCHMARKS.md, "Tuning: kept and rejected"); a
-    lone call keeps the inline path's latency.
-    """
-    # Triton's order, as in the frontend: the version string first, then the contents.
-    codec.parse_model_version(request.model_version)
-    _CallsInFlight.count += 1
-    try:
-        return await infer_message(
-            infer, request, stream, offload_execution=_CallsInFlight.count > 1
-        )
-    finally:
-        _CallsInFlight.count -= 1
-
-
 async def answer_grpc(call: Awaitable[bytes], context: Any) -> SerializedMessage:
     """The reply of a call received through Serve's gRPC ingress; an error becomes the call's
     gRPC status, set on Serve's ``context``, as the frontend answers it."""
@@ -152,23 +123,49 @@ async def answer_grpc(call: Awaitable[bytes], context: Any) -> SerializedMessage
         return SerializedMessage()
 
 
-async def stream_routed(
-    requests: AsyncIterator[pb.ModelInferRequest],
-    local: Callable[[str], InferFn | None],
-    forward: Callable[[], ForwardFn],
-) -> AsyncIterator[SerializedMessage]:
-    """A ``ModelStreamInfer`` stream HAProxy routed to this replica by its first request:
-    each request is answered by ``local(model)`` where this replica serves the model, else
-    through ``forward()`` (the model's deployment, as the gRPC frontend reaches it)."""
+class RoutedCalls:
+    """The calls Serve's gRPC ingress hands this replica (``ModelInfer`` calls and stream
+    requests that HAProxy routed here), counted while they run: one that arrives while others
+    are in flight has its batch run off the event loop (:attr:`InferRequest.offload_execution`;
+    BENCHMARKS.md, "Tuning: kept and rejected"); a lone call keeps the inline path's latency.
+    One per replica."""
 
-    async def answer(request: pb.ModelInferRequest) -> bytes:
-        infer = local(request.model_name)
-        if infer is not None:
-            reply = infer_routed(infer, request, stream=True)
-        else:
-            route = InferRoute(request.model_name, request.model_version, request.id)
-            reply = forward()(route, request.SerializeToString(), True)
-        return await answer_or_error(reply, request.id)
+    def __init__(self) -> None:
+        self.in_flight = 0
 
-    async for reply in stream_replies(requests, answer):
-        yield SerializedMessage(reply)
+    async def infer(
+        self, infer: InferFn, request: pb.ModelInferRequest, stream: bool = False
+    ) -> bytes:
+        """A ``ModelInfer`` routed to this model's replica by the model it names
+        (:mod:`cluster.grpc_routing`), parsed by Serve's gRPC ingress; with ``stream``, a
+        request of a routed ``ModelStreamInfer`` stream (the reply is then a
+        ``ModelStreamInferResponse``)."""
+        # Triton's order, as in the frontend: the version string first, then the contents.
+        codec.parse_model_version(request.model_version)
+        self.in_flight += 1
+        try:
+            return await infer_message(infer, request, stream, offload_execution=self.in_flight > 1)
+        finally:
+            self.in_flight -= 1
+
+    async def stream(
+        self,
+        requests: AsyncIterator[pb.ModelInferRequest],
+        local: Callable[[str], InferFn | None],
+        forward: Callable[[], ForwardFn],
+    ) -> AsyncIterator[SerializedMessage]:
+        """A ``ModelStreamInfer`` stream HAProxy routed to this replica by its first request:
+        each request is answered by ``local(model)`` where this replica serves the model, else
+        through ``forward()`` (the model's deployment, as the gRPC frontend reaches it)."""
+
+        async def answer(request: pb.ModelInferRequest) -> bytes:
+            infer = local(request.model_name)
+            if infer is not None:
+                reply = self.infer(infer, request, stream=True)
+            else:
+                route = InferRoute(request.model_name, request.model_version, request.id)
+                reply = forward()(route, request.SerializeToString(), True)
+            return await answer_or_error(reply, request.id)
+
+        async for reply in stream_replies(requests, answer):
+            yield SerializedMessage(reply)

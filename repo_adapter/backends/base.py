@@ -13,10 +13,9 @@ import abc
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
@@ -79,21 +78,6 @@ class Execution(Sequence["InferResponse | InferenceServerError"]):
         return len(self.results)
 
 
-class BatchChain(Protocol):
-    """The scheduler's side of :meth:`Backend.run_batches`; both methods are thread-safe.
-
-    An instance that runs its batches on a thread of its own takes the next batch there the
-    moment it is free, as Triton's instance threads dequeue their next payload, instead of
-    waiting for the event loop to form and hand it over.
-    """
-
-    def next_batch(self) -> Sequence[InferRequest]:
-        """The batch to run now, formed by the scheduler's rule; empty when none is due."""
-
-    def finished(self, requests: Sequence[InferRequest], outcome: Execution | Exception) -> None:
-        """Hand back one executed batch: its results, or what it raised."""
-
-
 class Backend(abc.ABC):
     """A loaded model instance; its class describes the backend to the repository scan.
 
@@ -138,11 +122,6 @@ class Backend(abc.ABC):
         Raising fails the whole batch (Triton reports INTERNAL to every request).
         """
 
-    async def run_batches(self, requests: Sequence[InferRequest], chain: BatchChain) -> None:
-        """Run ``requests`` and report them to ``chain``; backends with a thread of their own
-        go on there with ``chain``'s next batches. The default runs this one batch."""
-        await run_one_batch(self.execute, requests, chain)
-
     def unload(self) -> None:  # noqa: B027 - optional hook
         """Release the model's resources."""
 
@@ -155,25 +134,16 @@ class TensorBackend(Backend):
     outputs may come back in their ``reshape`` shape, which the model layer reports in the
     config's dims.
 
-    Short executions run inline on the caller's event loop; long ones on one dedicated thread
-    per instance (frameworks with thread-local state always see the same thread). Handing a
-    batch to a thread costs a GIL round trip per execution, too much for a model that runs in
-    a few milliseconds (BENCHMARKS.md, "Tuning: kept and rejected"), while a long execution
-    inline would stall the replica's HTTP handling for its whole duration.
-
-    A batch that is not full with a request marked ``offload_execution`` runs on the thread
-    however short: gRPC's server admits one call per loop turn, so an inline batch stops
-    admission while it runs and the next batch forms from the few calls admitted after it
-    (uvicorn reads every request that arrived meanwhile in one turn). A full batch was not
-    limited by admission and stays inline.
+    An execution is two steps, :meth:`prepare` (gather the inputs) and :meth:`run_prepared`
+    (the forward pass, outputs split per request), and each instance has one thread of its own
+    (frameworks with thread-local state always see the same thread): the batcher's scheduler
+    (:mod:`deployments.core.batching.scheduling`) decides where each batch runs.
+    :meth:`execute` runs one batch on the instance's thread.
     """
-
-    # Executions averaging under this run inline (seconds).
-    INLINE_MAX_EXECUTION_S = 0.01
 
     def __init__(self, model: ModelVersion, instance: InstanceSpec) -> None:
         super().__init__(model, instance)
-        self._executor = concurrent.futures.ThreadPoolExecutor(
+        self.thread = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"{instance.name}-exec"
         )
         self._mean_execution_s: float | None = None  # unknown until the first execution
@@ -184,83 +154,51 @@ class TensorBackend(Backend):
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Forward pass: batched inputs by config name -> outputs by config name."""
 
+    @property
+    def max_batch_size(self) -> int:
+        return self.config.max_batch_size
+
+    @property
+    def mean_execution_s(self) -> float | None:
+        """The recent mean duration of an execution (None before the first one)."""
+        return self._mean_execution_s
+
     async def execute(self, requests: Sequence[InferRequest]) -> Execution:
         requests = list(requests)
-        if self._runs_inline(requests):
-            return self._execute_timed(requests)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._execute_timed, requests)
+        return await loop.run_in_executor(self.thread, self.run_prepared, requests)
 
-    async def run_batches(self, requests: Sequence[InferRequest], chain: BatchChain) -> None:
-        """On the instance's thread, batches follow each other there while ``chain`` has one
-        due and the batches belong on the thread: the event loop, busy with other requests'
-        bodies, no longer sits between two executions (an idle instance between batches of a
-        compute-bound model: BENCHMARKS.md, "The compute-bound conv net")."""
-        requests = list(requests)
-        if self._runs_inline(requests):
-            await super().run_batches(requests, chain)
-            return
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._run_chain, requests, chain)
-
-    def _run_chain(self, requests: list[InferRequest], chain: BatchChain) -> None:
-        gathered = self._gather(requests)
-        while requests:
-            try:
-                outcome: Execution | Exception = self._execute_timed(requests, gathered)
-            except Exception as err:  # the scheduler fails the batch with it
-                outcome = err
-            # A short batch not marked for the thread belongs inline on the loop (a thread hop
-            # costs more than it saves): the loop forms the next one then.
-            following = [] if self._runs_inline(requests) else list(chain.next_batch())
-            # Handing a batch back wakes the event loop, which then holds the GIL for a while:
-            # the next batch's inputs are gathered first, so the thread goes straight on to
-            # the model, which releases the GIL while the loop answers.
-            gathered = self._gather(following) if following else None
-            chain.finished(requests, outcome)
-            requests = following
-
-    def _runs_inline(self, requests: list[InferRequest]) -> bool:
-        mean = self._mean_execution_s
-        inline = mean is not None and mean < self.INLINE_MAX_EXECUTION_S
-        return inline and not self._offloaded(requests)
-
-    def _execute_timed(
-        self, requests: list[InferRequest], gathered: _GatheredBatch | None = None
+    def run_prepared(
+        self, requests: list[InferRequest], prepared: PreparedBatch | None = None
     ) -> Execution:
+        """Run the model on ``requests`` (``prepared``: their gathered inputs; None: gather
+        them now) and split its outputs per request."""
         start = time.perf_counter()
         try:
-            if gathered is None:
-                gathered = self._gather(requests)
-            return self._run_gathered(requests, gathered)
+            if prepared is None:
+                prepared = self.prepare(requests)
+            return self._run_gathered(requests, prepared)
         finally:
             elapsed = time.perf_counter() - start
             mean = self._mean_execution_s
             self._mean_execution_s = elapsed if mean is None else 0.8 * mean + 0.2 * elapsed
 
-    def _offloaded(self, requests: list[InferRequest]) -> bool:
-        """Whether a short batch runs off the loop all the same: a request asks for it
-        (:attr:`InferRequest.offload_execution`) and the batch is not full, i.e. admission,
-        not the model, is what limits it."""
-        if not any(request.offload_execution for request in requests):
-            return False
-        limit = self.config.max_batch_size
-        return limit <= 0 or sum(_request_rows(request) for request in requests) < limit
-
     def unload(self) -> None:
-        self._executor.shutdown(wait=False)
+        self.thread.shutdown(wait=False)
 
-    def _gather(self, requests: list[InferRequest]) -> _GatheredBatch:
+    def prepare(self, requests: list[InferRequest]) -> PreparedBatch:
+        """Gather the inputs of ``requests`` into the model's batch; a failure is kept and
+        raised when the batch runs, so it fails that batch alone."""
         batching = self.config.max_batch_size > 0
         start = time.monotonic_ns()
-        rows = [_request_rows(request) if batching else 1 for request in requests]
+        rows = [request_rows(request) if batching else 1 for request in requests]
         try:
             inputs, error = self._gather_inputs(requests, batching), None
-        except Exception as err:  # raised when the batch runs, so it fails that batch alone
+        except Exception as err:
             inputs, error = {}, err
-        return _GatheredBatch(rows, inputs, error, time.monotonic_ns() - start)
+        return PreparedBatch(rows, inputs, error, time.monotonic_ns() - start)
 
-    def _run_gathered(self, requests: list[InferRequest], gathered: _GatheredBatch) -> Execution:
+    def _run_gathered(self, requests: list[InferRequest], gathered: PreparedBatch) -> Execution:
         if gathered.error is not None:
             raise gathered.error
         infer_start = time.monotonic_ns()
@@ -326,21 +264,8 @@ class TensorBackend(Backend):
         ]
 
 
-async def run_one_batch(
-    execute: Callable[[Sequence[InferRequest]], Awaitable[Execution]],
-    requests: Sequence[InferRequest],
-    chain: BatchChain,
-) -> None:
-    """Run one batch with ``execute`` and report it to ``chain``."""
-    try:
-        outcome: Execution | Exception = await execute(requests)
-    except Exception as err:  # the scheduler fails the batch with it
-        outcome = err
-    chain.finished(requests, outcome)
-
-
 @dataclass
-class _GatheredBatch:
+class PreparedBatch:
     """A batch's inputs concatenated for the model (or why they could not be), its rows per
     request and how long gathering took."""
 
@@ -350,7 +275,8 @@ class _GatheredBatch:
     input_ns: int
 
 
-def _request_rows(request: InferRequest) -> int:
+def request_rows(request: InferRequest) -> int:
+    """The batch rows ``request`` brings (its first input's leading dimension)."""
     return request.inputs[0].data.shape[0] if request.inputs else 1
 
 

@@ -15,11 +15,10 @@ therefore wait in the pending queue, and the executor merges them up to the row 
 when the instance is free: in arrival order, never mixing shapes, cutting at preferred
 sizes, with timeouts and priorities, and the delay counted from each request's arrival.
 
-An instance that runs on a thread of its own (a long-running framework model) takes its next
-batch there the moment it is free (:class:`repo_adapter.backends.base.BatchChain`, Triton's
-instance threads dequeuing their next payload), under the same rule and the queue's lock, so
-the event loop never sits between two of its executions; finished batches are handed back to
-the loop, which alone resolves callers and records statistics.
+Where each batch runs (inline on the loop, or on the instance's own thread, which then takes
+its next batches itself under the same rule and the queue's lock) is the scheduler's
+(:mod:`deployments.core.batching.scheduling`); finished batches are handed back to the loop,
+which alone resolves callers and records statistics.
 
 Admission keeps Serve's window rather than a zero window with the delay applied only by the
 pending queue (Triton's exact timing): every arrival would wake the executor (BENCHMARKS.md,
@@ -35,7 +34,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from deployments.core.batching.policy import BatchPolicy
 from deployments.core.batching.queue import (
@@ -44,6 +43,7 @@ from deployments.core.batching.queue import (
     PendingRequest,
     timeout_error,
 )
+from deployments.core.batching.scheduling import InstanceScheduler, ModelInstance
 from deployments.observability.statistics import (
     CANCELED,
     REJECTED,
@@ -51,36 +51,75 @@ from deployments.observability.statistics import (
     RequestOutcome,
     VersionStatistics,
 )
-from repo_adapter.backends.base import BatchChain, Execution, run_one_batch
+from repo_adapter.backends.base import Execution
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse
 from repo_adapter.request_trace import BACKEND_OUTPUT, QUEUE_INPUT, RequestTrace
 
 logger = logging.getLogger(__name__)
 
-ExecuteFn = Callable[
-    [Sequence[InferRequest]], Awaitable[Sequence["InferResponse | InferenceServerError"]]
-]
+ExecuteFn = Callable[[Sequence[InferRequest]], Awaitable[Execution]]
 Enqueue = Callable[[list[PendingRequest]], None]
 Admit = Callable[[PendingRequest], Awaitable[Any]]
 # (batcher name, policy, enqueue) -> the admission stage that calls enqueue with its batches.
 AdmissionFactory = Callable[[str, BatchPolicy, Enqueue], Admit]
 
 
-class ModelInstance(Protocol):
-    """What the batcher runs batches on (a backend instance: ``Backend.run_batches``)."""
-
-    async def run_batches(self, requests: Sequence[InferRequest], chain: BatchChain) -> None: ...
-
-
 class _ExecuteOnly:
-    """An instance given as its execute function alone: one batch per call."""
+    """An instance given as its execute function alone: one batch per call, on the loop."""
 
     def __init__(self, execute: ExecuteFn) -> None:
-        self._execute = execute
+        self.execute = execute
 
-    async def run_batches(self, requests: Sequence[InferRequest], chain: BatchChain) -> None:
-        await run_one_batch(self._execute, requests, chain)
+
+class _SharedQueue:
+    """The admitted requests and their counts per priority level, shared under one lock by
+    the event loop and the instance threads taking their next batch."""
+
+    def __init__(self, policy: BatchPolicy) -> None:
+        self._lock = threading.Lock()
+        self._pending = PendingQueue(policy)
+        self._queued_per_level: dict[int, int] = {}
+
+    def count_in(self, level: int, max_queue_size: int) -> None:
+        """Count a request of priority ``level`` in; UNAVAILABLE when that level is full."""
+        with self._lock:
+            queued = self._queued_per_level.get(level, 0)
+            if max_queue_size and queued >= max_queue_size:
+                # Never queued: Triton counts it in neither the statistics nor the metrics.
+                raise InferenceServerError("Exceeds maximum queue size", StatusCode.UNAVAILABLE)
+            self._queued_per_level[level] = queued + 1
+
+    def count_out(self, items: list[PendingRequest]) -> None:
+        with self._lock:
+            self._count_out(items)
+
+    def add(self, items: list[PendingRequest]) -> None:
+        with self._lock:
+            for item in items:
+                item.enqueued = True
+                self._pending.add(item)
+
+    def take(self) -> BatchDecision:
+        """The next batch by Triton's rule, out of the queue; any thread."""
+        with self._lock:
+            decision = self._pending.next_batch(time.monotonic())
+            self._count_out(decision.rejected)
+            self._count_out(decision.batch)
+        return decision
+
+    def drain(self) -> list[PendingRequest]:
+        with self._lock:
+            return self._pending.drain()
+
+    @property
+    def pending_count(self) -> int:
+        with self._lock:
+            return sum(self._queued_per_level.values())
+
+    def _count_out(self, items: list[PendingRequest]) -> None:
+        for item in items:
+            self._queued_per_level[item.level] -= 1
 
 
 class DynamicBatcher:
@@ -88,7 +127,7 @@ class DynamicBatcher:
 
     ``instances``: the model's instances (backends), or one execute function per instance, or
     one alone: each instance takes the next batch whenever it is free, so instances of one
-    model run batches in parallel.
+    model run batches in parallel; ``scheduler`` decides where each batch runs.
     """
 
     def __init__(
@@ -98,6 +137,7 @@ class DynamicBatcher:
         instances: ExecuteFn | Sequence[ExecuteFn | ModelInstance],
         statistics: VersionStatistics,
         admission: AdmissionFactory | None = None,
+        scheduler: InstanceScheduler | None = None,
     ) -> None:
         self.name = name
         self.policy = policy
@@ -105,11 +145,9 @@ class DynamicBatcher:
         self._instances: list[ModelInstance] = [
             _ExecuteOnly(i) if callable(i) else i for i in given
         ]
-        self._statistics = statistics
-        # The queue and its counts are shared with instance threads taking their next batch.
-        self._lock = threading.Lock()
-        self._pending = PendingQueue(policy)
-        self._queued_per_level: dict[int, int] = {}
+        self._scheduler = scheduler or InstanceScheduler()
+        self._results = _BatchResults(name, statistics)
+        self._queue = _SharedQueue(policy)
         self._wakeup: asyncio.Event | None = None
         self._executor_tasks: list[asyncio.Task] = []
         self._admit: Admit | None = None
@@ -134,12 +172,7 @@ class DynamicBatcher:
             delay_on_timeout=queue_policy.delay_on_timeout,
             future=loop.create_future(),
         )
-        with self._lock:
-            queued = self._queued_per_level.get(level, 0)
-            if queue_policy.max_queue_size and queued >= queue_policy.max_queue_size:
-                # Never queued: Triton counts it in neither the statistics nor the metrics.
-                raise InferenceServerError("Exceeds maximum queue size", StatusCode.UNAVAILABLE)
-            self._queued_per_level[level] = queued + 1
+        self._queue.count_in(level, queue_policy.max_queue_size)
         if request.trace is not None:
             _trace_queued(request.trace, request, arrival)
         self._ensure_executor()
@@ -150,10 +183,9 @@ class DynamicBatcher:
                 await self._admit(item)
             except BaseException as err:
                 if not item.enqueued:  # cancelled inside admission: never reached the queue
-                    with self._lock:
-                        self._dequeued([item])
+                    self._queue.count_out([item])
                     if isinstance(err, asyncio.CancelledError):
-                        self._statistics.record_failure(arrival, CANCELED)
+                        self._results.record_failure(arrival, CANCELED)
                 raise
         return await item.future
 
@@ -164,36 +196,21 @@ class DynamicBatcher:
             task.cancel()
         self._wakeup = asyncio.Event()
         self._executor_tasks = [
-            asyncio.create_task(self._run_executor(execute), name=f"rayton-executor-{self.name}")
-            for execute in self._instances
+            asyncio.create_task(self._run_executor(instance), name=f"rayton-executor-{self.name}")
+            for instance in self._instances
         ]
 
     def _enqueue(self, items: list[PendingRequest]) -> None:
-        with self._lock:
-            for item in items:
-                item.enqueued = True
-                self._pending.add(item)
+        self._queue.add(items)
         assert self._wakeup is not None
         self._wakeup.set()
 
-    def _dequeued(self, items: list[PendingRequest]) -> None:
-        """Count ``items`` out of the queue (holding the lock)."""
-        for item in items:
-            self._queued_per_level[item.level] -= 1
-
-    def _take_batch(self) -> BatchDecision:
-        """The next batch by Triton's rule, out of the queue; any thread."""
-        with self._lock:
-            decision = self._pending.next_batch(time.monotonic())
-            self._dequeued(decision.rejected)
-            self._dequeued(decision.batch)
-        return decision
-
     async def _run_executor(self, instance: ModelInstance) -> None:
         assert self._wakeup is not None
-        chain = _InstanceChain(self, asyncio.get_running_loop())
+        chain = _InstanceChain(self._queue, self._results, asyncio.get_running_loop())
+        run = self._scheduler.runner_for(instance)
         while True:
-            decision = self._take_batch()
+            decision = self._queue.take()
             requests = chain.take(decision)
             if not decision.batch:
                 self._wakeup.clear()
@@ -203,43 +220,57 @@ class DynamicBatcher:
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
                 continue
             if requests:
-                await instance.run_batches(requests, chain)
+                await run(requests, chain)
             # Let the loop send the responses and admit what arrived during the execution
             # (it may have run inline) before the next batch is formed.
             await asyncio.sleep(0)
 
-    def _reject(self, items: list[PendingRequest]) -> None:
-        """Fail requests whose queue timeout expired (on the loop)."""
+    @property
+    def pending_count(self) -> int:
+        """Requests received and not yet executing (Triton's pending request count)."""
+        return self._queue.pending_count
+
+    async def close(self) -> None:
+        """Stop the executor and fail whatever is still queued."""
+        for task in self._executor_tasks:
+            task.cancel()
+        for item in self._queue.drain():
+            _resolve(item, InferenceServerError("model is unloading", StatusCode.UNAVAILABLE))
+
+
+class _BatchResults:
+    """Resolves the callers of taken, failed and executed requests and records them in the
+    version's statistics (on the event loop only)."""
+
+    def __init__(self, name: str, statistics: VersionStatistics) -> None:
+        self._name = name
+        self._statistics = statistics
+
+    def record_failure(self, arrival_ns: int, reason: str) -> None:
+        self._statistics.record_failure(arrival_ns, reason)
+
+    def reject(self, items: list[PendingRequest]) -> None:
+        """Fail requests whose queue timeout expired."""
         for item in items:
             # A caller that already went away was cancelled, not rejected.
             reason = CANCELED if item.future.done() else REJECTED
             self._statistics.record_failure(int(item.arrival * 1e9), reason)
             _resolve(item, timeout_error())
 
-    def _live(self, batch: list[PendingRequest]) -> list[PendingRequest]:
-        """``batch`` without requests their callers cancelled while they waited."""
-        return [item for item in batch if not item.future.done()]
-
-    def _record_cancelled(self, batch: list[PendingRequest], live: list[PendingRequest]) -> None:
-        """Count the requests of ``batch`` left out of ``live`` as cancelled (on the loop)."""
+    def cancelled(self, batch: list[PendingRequest], live: list[PendingRequest]) -> None:
+        """Count the requests of ``batch`` left out of ``live`` as cancelled."""
         for item in batch:
             if item not in live:
                 self._statistics.record_failure(int(item.arrival * 1e9), CANCELED)
 
-    @property
-    def pending_count(self) -> int:
-        """Requests received and not yet executing (Triton's pending request count)."""
-        with self._lock:
-            return sum(self._queued_per_level.values())
-
-    def _complete(
+    def complete(
         self,
         batch: list[PendingRequest],
         outcome: Execution | Exception,
         start_ns: int,
         executed_ns: int,
     ) -> None:
-        """Resolve an executed batch's callers and record it (on the loop)."""
+        """Resolve an executed batch's callers and record it."""
         phases = None
         if isinstance(outcome, Exception):
             results = self._failed_batch(outcome, len(batch))
@@ -275,50 +306,43 @@ class DynamicBatcher:
     def _failed_batch(self, error: Exception, size: int) -> list[InferenceServerError]:
         if not isinstance(error, InferenceServerError):
             # A backend bug must fail this batch, not the replica.
-            logger.error("model '%s' failed to execute a batch", self.name, exc_info=error)
+            logger.error("model '%s' failed to execute a batch", self._name, exc_info=error)
             error = InferenceServerError(str(error), StatusCode.INTERNAL)
         return [error] * size
 
-    async def close(self) -> None:
-        """Stop the executor and fail whatever is still queued."""
-        for task in self._executor_tasks:
-            task.cancel()
-        with self._lock:
-            drained = self._pending.drain()
-        for item in drained:
-            _resolve(item, InferenceServerError("model is unloading", StatusCode.UNAVAILABLE))
-
 
 class _InstanceChain:
-    """One instance's :class:`~repo_adapter.backends.base.BatchChain`: its batches in flight,
-    in order, and the way from the instance's thread back to the event loop."""
+    """One instance's :class:`~deployments.core.batching.scheduling.BatchChain`: its batches
+    in flight, in order, and the way from the instance's thread back to the event loop."""
 
-    def __init__(self, batcher: DynamicBatcher, loop: asyncio.AbstractEventLoop) -> None:
-        self._batcher = batcher
+    def __init__(
+        self, queue: _SharedQueue, results: _BatchResults, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._queue = queue
+        self._results = results
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._running: deque[tuple[list[PendingRequest], int]] = deque()  # (batch, start ns)
 
-    def start(self, batch: list[PendingRequest]) -> list[InferRequest]:
-        self._running.append((batch, time.monotonic_ns()))
-        return [item.request for item in batch]
-
     def take(self, decision: BatchDecision) -> list[InferRequest]:
         """Start ``decision``'s batch without the requests whose callers went away; those and
         the timed-out ones are failed and counted on the loop. Any thread."""
-        live = self._batcher._live(decision.batch)
+        live = [item for item in decision.batch if not item.future.done()]
         if decision.rejected:
-            self._on_loop(self._batcher._reject, decision.rejected)
+            self._on_loop(self._results.reject, decision.rejected)
         if len(live) != len(decision.batch):
-            self._on_loop(self._batcher._record_cancelled, decision.batch, live)
-        return self.start(live) if live else []
+            self._on_loop(self._results.cancelled, decision.batch, live)
+        if not live:
+            return []
+        self._running.append((live, time.monotonic_ns()))
+        return [item.request for item in live]
 
     def next_batch(self) -> list[InferRequest]:
-        return self.take(self._batcher._take_batch())
+        return self.take(self._queue.take())
 
     def finished(self, requests: Sequence[InferRequest], outcome: Execution | Exception) -> None:
         batch, start_ns = self._running.popleft()
-        self._on_loop(self._batcher._complete, batch, outcome, start_ns, time.monotonic_ns())
+        self._on_loop(self._results.complete, batch, outcome, start_ns, time.monotonic_ns())
 
     def _on_loop(self, callback: Callable[..., None], *args: Any) -> None:
         if threading.get_ident() == self._loop_thread:

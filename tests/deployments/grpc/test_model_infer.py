@@ -10,10 +10,9 @@ from tritonclient.grpc import service_pb2 as pb
 
 from deployments.grpc import codec
 from deployments.grpc.model_infer import (
-    infer_routed,
+    RoutedCalls,
     infer_serialized,
     parse_infer_request,
-    stream_routed,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
@@ -85,8 +84,10 @@ async def test_a_routed_call_arriving_while_others_are_in_flight_is_offloaded():
             await release.wait()
         return await doubling_model(request)
 
+    calls = RoutedCalls()  # the replica's
+
     def routed(request_id: str):
-        return infer_routed(holding, parse_infer_request(request_bytes(request_id=request_id)))
+        return calls.infer(holding, parse_infer_request(request_bytes(request_id=request_id)))
 
     await routed("alone")
     first = asyncio.create_task(routed("first"))
@@ -113,7 +114,7 @@ async def test_a_routed_stream_answers_its_model_here_and_forwards_the_others():
     local = {"double": doubling_model}.get
     replies = [
         pb.ModelStreamInferResponse.FromString(reply.data)
-        async for reply in stream_routed(requests(), local, lambda: forward)
+        async for reply in RoutedCalls().stream(requests(), local, lambda: forward)
     ]
     assert [r.error_message for r in replies] == ["", "unknown model: 'other'", ""]
     assert [r.infer_response.model_name for r in replies] == ["double", "", "double"]

@@ -1,10 +1,11 @@
-"""TensorBackend's choice of where an execution runs: inline on the loop or on its thread."""
+"""TensorBackend's execution in two steps, and its instance's one thread."""
 
 from __future__ import annotations
 
 import threading
 
 import numpy as np
+import pytest
 
 from repo_adapter.backends.onnxruntime import OnnxRuntimeBackend
 from tests.repo_adapter.backends.test_onnxruntime import loaded, make_model, mlp, request
@@ -25,108 +26,36 @@ def recording(tmp_path) -> ThreadRecordingBackend:
     return backend
 
 
-def one_row(offload: bool = False):
-    item = request(INPUT0=("FP32", np.ones((1, 8), np.float32)))
-    item.offload_execution = offload
-    return item
+def rows(count: int):
+    return request(INPUT0=("FP32", np.ones((count, 8), np.float32)))
 
 
-async def test_short_executions_run_inline_once_their_duration_is_known(tmp_path):
+async def test_execute_runs_every_batch_on_the_instances_one_thread(tmp_path):
     backend = recording(tmp_path)
-    loop_thread = threading.current_thread()
-    await backend.execute([one_row()])  # duration unknown: the instance's thread
-    await backend.execute([one_row()])
-    assert backend.threads[0] is not loop_thread
-    assert backend.threads[1] is loop_thread
+    assert backend.mean_execution_s is None
+    await backend.execute([rows(1)])
+    await backend.execute([rows(2), rows(1)])
+    first, second = backend.threads
+    assert first is second is not threading.current_thread()
+    assert backend.mean_execution_s is not None and backend.mean_execution_s > 0
 
 
-async def test_a_request_marked_for_offloading_moves_its_whole_batch_off_the_loop(tmp_path):
+def test_a_prepared_batch_runs_with_its_rows_and_reports_its_phases(tmp_path):
     backend = recording(tmp_path)
-    loop_thread = threading.current_thread()
-    await backend.execute([one_row()])
-    await backend.execute([one_row(), one_row(offload=True)])
-    await backend.execute([one_row()])
-    first, offloaded, inline = backend.threads
-    assert offloaded is first and offloaded is not loop_thread  # the instance's one thread
-    assert inline is loop_thread
+    requests = [rows(2), rows(3)]
+    prepared = backend.prepare(requests)
+    assert prepared.rows == [2, 3] and prepared.error is None
+    assert prepared.inputs["INPUT0"].shape == (5, 8)
+    execution = backend.run_prepared(requests, prepared)
+    assert [r.outputs[0].data.shape[0] for r in execution] == [2, 3]
+    assert execution.compute is not None and execution.compute.infer_ns > 0
 
 
-async def test_a_full_batch_stays_inline_even_when_marked(tmp_path):
+def test_a_batch_that_cannot_be_gathered_fails_when_it_runs(tmp_path):
     backend = recording(tmp_path)
-    loop_thread = threading.current_thread()
-    full = backend.config.max_batch_size
-    assert full > 1
-    await backend.execute([one_row()])
-    await backend.execute([one_row(offload=True) for _ in range(full)])
-    await backend.execute([one_row(offload=True) for _ in range(full - 1)])
-    _, full_batch, short_batch = backend.threads
-    assert full_batch is loop_thread
-    assert short_batch is not loop_thread
-
-
-class RecordingChain:
-    """A scheduler's side of ``run_batches``: hands out ``batches`` in turn, records results."""
-
-    def __init__(self, *batches) -> None:
-        self.batches = list(batches)
-        self.reported: list[tuple[int, object, threading.Thread]] = []
-
-    def next_batch(self):
-        return self.batches.pop(0) if self.batches else []
-
-    def finished(self, requests, outcome) -> None:
-        self.reported.append((len(requests), outcome, threading.current_thread()))
-
-
-async def test_on_its_thread_an_instance_runs_the_chains_next_batches_there(tmp_path):
-    backend = recording(tmp_path)
-    backend.INLINE_MAX_EXECUTION_S = 0.0  # a long-running model: every batch on its thread
-    loop_thread = threading.current_thread()
-    chain = RecordingChain([one_row(), one_row()], [one_row()])
-    await backend.run_batches([one_row()], chain)  # duration unknown: the instance's thread
-    instance_thread = backend.threads[0]
-    assert instance_thread is not loop_thread
-    assert backend.threads == [instance_thread] * 3
-    assert [size for size, _, _ in chain.reported] == [1, 2, 1]
-    assert all(thread is instance_thread for _, _, thread in chain.reported)
-    assert all(len(outcome) == size for size, outcome, _ in chain.reported)
-
-
-async def test_an_inline_batch_is_reported_and_leaves_the_next_batch_to_the_loop(tmp_path):
-    backend = recording(tmp_path)
-    loop_thread = threading.current_thread()
-    await backend.execute([one_row()])  # its duration is now known: short
-    chain = RecordingChain([one_row()])
-    await backend.run_batches([one_row()], chain)
-    assert backend.threads[1] is loop_thread
-    assert len(chain.batches) == 1  # not taken
-    assert [(size, thread) for size, _, thread in chain.reported] == [(1, loop_thread)]
-
-
-async def test_a_short_model_leaves_the_chain_once_its_duration_is_known(tmp_path):
-    backend = recording(tmp_path)
-    loop_thread = threading.current_thread()
-    chain = RecordingChain([one_row()])
-    await backend.run_batches([one_row()], chain)  # duration unknown: the instance's thread
-    assert backend.threads[0] is not loop_thread
-    assert len(chain.batches) == 1  # short: the next batch is left to the loop, to run inline
-
-
-async def test_a_batch_marked_for_the_thread_keeps_the_chain_going(tmp_path):
-    backend = recording(tmp_path)
-    await backend.execute([one_row()])  # short
-    chain = RecordingChain([one_row(offload=True)])
-    await backend.run_batches([one_row(offload=True)], chain)
-    assert backend.threads[1] is backend.threads[2] is not threading.current_thread()
-    assert chain.batches == []
-
-
-async def test_a_failing_batch_in_a_chain_is_reported_and_the_next_one_runs(tmp_path):
-    backend = recording(tmp_path)
-    backend.INLINE_MAX_EXECUTION_S = 0.0
-    wrong_shape = request(INPUT0=("FP32", np.ones((1, 3), np.float32)))
-    chain = RecordingChain([one_row()])
-    await backend.run_batches([wrong_shape], chain)
-    (_, failed, _), (_, answered, _) = chain.reported
-    assert isinstance(failed, Exception)
-    assert answered[0].outputs[0].data.shape[0] == 1
+    wrong = [request(INPUT0=("FP32", np.ones((1, 3), np.float32))), rows(1)]
+    prepared = backend.prepare(wrong)
+    assert prepared.error is not None
+    with pytest.raises(Exception) as raised:
+        backend.run_prepared(wrong, prepared)
+    assert raised.value is prepared.error

@@ -11,7 +11,7 @@ import pytest
 
 from deployments.core.batching import BatchPolicy, DynamicBatcher
 from deployments.observability.statistics import VersionStatistics
-from repo_adapter.backends.base import Execution
+from repo_adapter.backends.base import Execution, PreparedBatch
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
 from tests.deployments.core.batching.test_queue import make_policy
@@ -292,39 +292,52 @@ async def test_the_backends_phases_split_compute_input_infer_and_output():
     await run.close()
 
 
+class CountingThread(concurrent.futures.ThreadPoolExecutor):
+    """An instance's one thread, counting the batches the event loop hands it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.handed_over = 0
+
+    def submit(self, *args, **kwargs):
+        self.handed_over += 1
+        return super().submit(*args, **kwargs)
+
+
 class ThreadedInstance:
-    """An instance with a thread of its own that goes on there with the chain's next batches,
-    as ``TensorBackend.run_batches`` does; ``gate`` holds each execution until it is set."""
+    """An instance with a thread of its own and no known duration, so the scheduler runs its
+    batches there and goes on there with the next ones; ``gate`` holds each execution until
+    it is set."""
+
+    max_batch_size = 8
+    mean_execution_s = None
 
     def __init__(self) -> None:
         self.executions: list[tuple[list[int], threading.Thread]] = []
         self.gate = threading.Event()
         self.started = threading.Event()
-        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        self.calls = 0  # batches handed over by the event loop
+        self.thread = CountingThread()
 
-    async def run_batches(self, requests, chain) -> None:
-        self.calls += 1
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._thread, self._run_chain, list(requests), chain)
+    @property
+    def calls(self) -> int:
+        """Batches handed over by the event loop."""
+        return self.thread.handed_over
 
-    def _run_chain(self, requests, chain) -> None:
-        while requests:
-            self.started.set()
-            self.gate.wait(10)
-            rows = [r.inputs[0].data.shape[0] for r in requests]
-            self.executions.append((rows, threading.current_thread()))
-            if any(r.parameters.get("fail") for r in requests):
-                outcome = RuntimeError("boom")
-            else:
-                outcome = Execution(
-                    [
-                        InferResponse("m", "1", [InferTensor("Y", "FP32", r.inputs[0].data)])
-                        for r in requests
-                    ]
-                )
-            chain.finished(requests, outcome)
-            requests = list(chain.next_batch())
+    def prepare(self, requests) -> PreparedBatch:
+        return PreparedBatch([r.inputs[0].data.shape[0] for r in requests], {}, None, 0)
+
+    def run_prepared(self, requests, prepared) -> Execution:
+        self.started.set()
+        self.gate.wait(10)
+        self.executions.append((prepared.rows, threading.current_thread()))
+        if any(r.parameters.get("fail") for r in requests):
+            raise RuntimeError("boom")
+        return Execution(
+            [
+                InferResponse("m", "1", [InferTensor("Y", "FP32", r.inputs[0].data)])
+                for r in requests
+            ]
+        )
 
 
 async def wait_for(event: threading.Event) -> None:
