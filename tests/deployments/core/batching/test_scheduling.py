@@ -8,26 +8,11 @@ import threading
 import numpy as np
 
 from deployments.core.batching.scheduling import InstanceScheduler
-from repo_adapter.backends.onnxruntime import OnnxRuntimeBackend
-from tests.repo_adapter.backends.test_onnxruntime import loaded, make_model, mlp, request
+from tests.repo_adapter.backends.test_base import recording
+from tests.repo_adapter.backends.test_onnxruntime import request
 
 SCHEDULER = InstanceScheduler()
 ALWAYS_ON_THE_THREAD = InstanceScheduler(inline_max_execution_s=0.0)  # a long-running model
-
-
-class ThreadRecordingBackend(OnnxRuntimeBackend):
-    """ONNX Runtime, noting the thread each forward pass ran on."""
-
-    def run(self, inputs):
-        self.threads.append(threading.current_thread())
-        return super().run(inputs)
-
-
-def recording(tmp_path) -> ThreadRecordingBackend:
-    backend = loaded(make_model(tmp_path, "mlp", mlp))
-    backend.__class__ = ThreadRecordingBackend
-    backend.threads = []
-    return backend
 
 
 def one_row(offload: bool = False):
