@@ -7,7 +7,9 @@ A model lives in one of three homes:
 * :class:`RoutedGroups`: an application of its own whose router (named after the model) sends
   requests to a deployment per replica group (a model whose groups need different resources,
   see :mod:`cluster.placement`);
-* :class:`SharedHost`: the shared host application, whose replicas serve many CPU models.
+* :class:`SharedHost`: the shared host application, whose replicas serve many CPU models;
+* :class:`WatchedApplication`: an application a Serve config deploys (``serve run`` of a
+  ``rayton build`` config), which the controller only watches.
 
 The repository controller picks the home from the model's placement and then only calls the
 home's operations: deploy, wait until loaded, remove, wait until removed, and the deployments
@@ -57,6 +59,9 @@ class Placed:
 
 class ModelHome(ABC):
     """One kind of home; what the controller does with the models it holds."""
+
+    # Whether this server deploys what it holds (else a Serve config does, in its own way).
+    deploys = True
 
     def __init__(self, apps: ServeModelApps, max_input_size: int = DEFAULT_MAX_INPUT_SIZE):
         self.apps = apps
@@ -133,6 +138,26 @@ class OwnApplication(ModelHome):
         """Whether Serve runs an application for ``name`` (deployed by anyone)."""
         status, _ = await self.apps.app_status(name)
         return bool(status)
+
+
+class WatchedApplication(OwnApplication):
+    """Models a Serve config deploys, each in an application named after it: the controller
+    waits for whatever generation the config runs, and deploys and removes nothing."""
+
+    deploys = False
+
+    async def deploy(self, placed: list[Placed]) -> None:
+        for entry in placed:
+            self._held[entry.model.name] = entry.placement
+
+    async def wait_loaded(self, name: str, generation: str | None, timeout_s: float) -> LoadOutcome:
+        return await super().wait_loaded(name, None, timeout_s)
+
+    async def remove(self, name: str) -> None:
+        self._held.pop(name, None)  # the config's to remove
+
+    async def wait_removed(self, name: str, timeout_s: float) -> bool:
+        return True
 
 
 class RoutedGroups(OwnApplication):
@@ -218,21 +243,28 @@ class ModelHomes:
         apps: ServeModelApps,
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
         share_cpu_models: bool = True,
+        deploys: bool = True,
     ) -> None:
+        """``deploys`` False: a Serve config deploys the models (every model is watched)."""
         self.own = OwnApplication(apps, max_input_size)
         self.routed = RoutedGroups(apps, max_input_size)
         self.host = SharedHost(apps, max_input_size)
+        self.watched = WatchedApplication(apps, max_input_size)
         self._share_cpu_models = share_cpu_models
+        self._deploys = deploys
 
     @property
     def all(self) -> tuple[ModelHome, ...]:
-        return (self.own, self.routed, self.host)
+        return (self.own, self.routed, self.host, self.watched)
 
     def home_for(self, placement: ModelPlacement) -> ModelHome:
         """Where a model placed so is deployed: CPU models with a fixed count in the shared
         host when sharing is on (a GPU, autoscaled or isolated model, one with an environment
         of its own, needs deployments of its own); else in an application of its own, behind
-        a router when its groups need different resources."""
+        a router when its groups need different resources. Watched, when a Serve config
+        deploys the models."""
+        if not self._deploys:
+            return self.watched
         if (
             self._share_cpu_models
             and not placement.uses_gpu

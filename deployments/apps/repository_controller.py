@@ -85,7 +85,8 @@ class RepositoryController:
         self.homes = ModelHomes(
             ServeModelApps(),
             spec.http_max_input_size,
-            share_cpu_models=spec.deploy_models and spec.cpu_models == "shared",
+            share_cpu_models=spec.cpu_models == "shared",
+            deploys=spec.deploy_models,
         )
         self._changes = asyncio.Lock()  # one repository change at a time
         self._logs = LogControl(
@@ -114,7 +115,7 @@ class RepositoryController:
     async def _run(self) -> None:
         try:
             async with self._changes:
-                await self._load_many(self._startup_models(), deploy=self.spec.deploy_models)
+                await self._load_many(self._startup_models())
         except Exception:
             logger.exception("loading the repository failed")
         self._started = True
@@ -133,14 +134,13 @@ class RepositoryController:
             loads = [n for n, change in changes.items() if change == "load"]
             for name in (n for n, change in changes.items() if change == "unload"):
                 await self._unload_one(name)
-            await self._load_many(loads, deploy=True)
+            await self._load_many(loads)
             self.repository.forget_removed()
             return changes
 
     async def _load_many(
         self,
         names: list[str],
-        deploy: bool,
         config: str | None = None,
         files: dict[str, bytes] | None = None,
         strict: bool = False,
@@ -161,11 +161,11 @@ class RepositoryController:
                 continue
             for model in plan.models:
                 plans.setdefault(model.name, model)
-        await self._apply([m for m in plans.values() if not m.is_ensemble], deploy)
+        await self._apply([m for m in plans.values() if not m.is_ensemble])
         ensembles = [m for m in plans.values() if m.is_ensemble]
         for ensemble in ensembles:  # nested ensembles: members listed before their users
             self._check_members(ensemble)
-        await self._apply(ensembles, deploy)
+        await self._apply(ensembles)
 
     def _check_members(self, ensemble: RepositoryModel) -> None:
         """Triton fails an ensemble whose member did not load, naming the member's error."""
@@ -184,9 +184,8 @@ class RepositoryController:
 
     # ------------------------------------------------------------------ applying changes
 
-    async def _apply(self, models: list[RepositoryModel], deploy: bool) -> None:
-        """Deploy ``models`` together (``deploy``; else only watch what a Serve config
-        deploys) and wait for each one's outcome."""
+    async def _apply(self, models: list[RepositoryModel]) -> None:
+        """Deploy ``models`` together (each in its home) and wait for each one's outcome."""
         nodes = await asyncio.to_thread(node_resources)
         by_home: dict[ModelHome, list[Placed]] = {}
         waits: list[tuple[Placed, ModelHome]] = []
@@ -196,9 +195,8 @@ class RepositoryController:
             if placement is None:
                 continue
             placed = Placed(model, generation, placement, nodes)
-            home = self.homes.home_for(placement) if deploy else self.homes.own
-            if deploy:
-                by_home.setdefault(home, []).append(placed)
+            home = self.homes.home_for(placement)
+            by_home.setdefault(home, []).append(placed)
             waits.append((placed, home))
         try:
             await asyncio.gather(*(home.deploy(placed) for home, placed in by_home.items()))
@@ -207,7 +205,7 @@ class RepositoryController:
             for placed, _ in waits:
                 self.repository.load_failed(placed.model.name, f"deploying failed: {err}")
             return
-        await asyncio.gather(*(self._settle(placed, home, deploy) for placed, home in waits))
+        await asyncio.gather(*(self._settle(placed, home) for placed, home in waits))
 
     def _placement(
         self, model: RepositoryModel, nodes: list[dict[str, float]]
@@ -235,26 +233,25 @@ class RepositoryController:
         self._unplaceable.discard(model.name)
         return placement
 
-    async def _settle(self, placed: Placed, home: ModelHome, deployed: bool) -> None:
+    async def _settle(self, placed: Placed, home: ModelHome) -> None:
         name = placed.model.name
         record = self.repository.records[name]
         was_serving = record.served is not None
-        generation = placed.generation if deployed else None
+        generation = placed.generation if home.deploys else None
         outcome: LoadOutcome = await home.wait_loaded(
             name, generation, self.spec.model_load_timeout_secs
         )
         if outcome.ok and _any_ready(outcome.versions):
-            notes = placed.placement.notes if deployed else []
+            notes = placed.placement.notes if home.deploys else []
             self.repository.load_succeeded(
                 name, generation or "", _with_notes(outcome.versions, notes)
             )
-            if deployed:
-                await self._leave_other_homes(name, home)
+            await self._leave_other_homes(name, home)
             return
         reason = outcome.reason or _version_reasons(outcome.versions)
         failed = {v: s for v, s in outcome.versions.items() if not s.ready}
         self.repository.load_failed(name, reason, failed)
-        if not was_serving and self.spec.deploy_models:
+        if not was_serving:
             await self._remove(name, home)  # nothing to keep: free it
 
     async def _leave_other_homes(self, name: str, home: ModelHome) -> None:
@@ -312,7 +309,7 @@ class RepositoryController:
         if refusal:
             raise InferenceServerError(refusal, StatusCode.UNAVAILABLE)
         async with self._changes:
-            await self._load_many([name], deploy=True, config=config, files=files, strict=True)
+            await self._load_many([name], config=config, files=files, strict=True)
             record = self.repository.records[name]
             if record.error:
                 raise load_failed_error(name, record.failed_versions, record.error)
