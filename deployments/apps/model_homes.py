@@ -60,9 +60,6 @@ class Placed:
 class ModelHome(ABC):
     """One kind of home; what the controller does with the models it holds."""
 
-    # Whether this server deploys what it holds (else a Serve config does, in its own way).
-    deploys = True
-
     def __init__(self, apps: ServeModelApps, max_input_size: int = DEFAULT_MAX_INPUT_SIZE):
         self.apps = apps
         self.max_input_size = max_input_size
@@ -142,9 +139,8 @@ class OwnApplication(ModelHome):
 
 class WatchedApplication(OwnApplication):
     """Models a Serve config deploys, each in an application named after it: the controller
-    waits for whatever generation the config runs, and deploys and removes nothing."""
-
-    deploys = False
+    waits for whatever generation the config runs (its own fingerprint may differ), and
+    deploys and removes nothing."""
 
     async def deploy(self, placed: list[Placed]) -> None:
         for entry in placed:

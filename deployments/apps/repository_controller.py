@@ -237,15 +237,12 @@ class RepositoryController:
         name = placed.model.name
         record = self.repository.records[name]
         was_serving = record.served is not None
-        generation = placed.generation if home.deploys else None
         outcome: LoadOutcome = await home.wait_loaded(
-            name, generation, self.spec.model_load_timeout_secs
+            name, placed.generation, self.spec.model_load_timeout_secs
         )
         if outcome.ok and _any_ready(outcome.versions):
-            notes = placed.placement.notes if home.deploys else []
-            self.repository.load_succeeded(
-                name, generation or "", _with_notes(outcome.versions, notes)
-            )
+            versions = _with_notes(outcome.versions, placed.placement.notes)
+            self.repository.load_succeeded(name, placed.generation, versions)
             await self._leave_other_homes(name, home)
             return
         reason = outcome.reason or _version_reasons(outcome.versions)
