@@ -10,8 +10,10 @@ missing one fails only its own feature.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from typing import Any
+import dataclasses
+import socket
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Protocol
 
 from ray import serve
 from ray.serve.api import RunTarget  # Serve's target type for deploying many applications
@@ -85,3 +87,124 @@ def token_auth_enabled() -> bool:
     except ImportError:  # a Ray without token authentication
         return False
     return is_token_auth_enabled()
+
+
+class ReplicaRequestAccounting:
+    """What Serve's direct-ingress path records per HTTP request in a replica, for a server
+    that takes its place: the replica's ``max_ongoing_requests`` slots, its ongoing-request
+    count (Serve's autoscaling signal and its drain), and its request metrics (the
+    dashboard's request rate, errors and latency). Built from Serve's private ``Replica``."""
+
+    def __init__(self, replica: Any) -> None:
+        from ray.serve._private.common import RequestMetadata, RequestProtocol
+
+        self._metrics = replica._metrics_manager
+        self._slots = replica._semaphore
+        self._route = replica._route_prefix or ""
+        self._app = replica._deployment_id.app_name
+        self._deployment = replica._deployment_id.name
+        self._http = RequestProtocol.HTTP
+        # Serve's counters read only the protocol and the direct-ingress mark of a request.
+        self._metadata = RequestMetadata(
+            request_id="",
+            internal_request_id="",
+            route=self._route,
+            app_name=self._app,
+            _request_protocol=RequestProtocol.HTTP,
+            is_direct_ingress=True,
+        )
+
+    async def start(self) -> None:
+        """Take a slot (waits while ``max_ongoing_requests`` are in flight); count it."""
+        await self._slots.acquire()
+        self._metrics.inc_num_ongoing_requests(self._metadata)
+
+    def finish(self, method: str, status: int, latency_ms: float) -> None:
+        """Release the slot and record the request's metrics."""
+        self._metrics.dec_num_ongoing_requests(self._metadata)
+        self._slots.release()
+        is_error = status >= 500
+        self._metrics.record_request_metrics(
+            route=self._route, latency_ms=latency_ms, is_error=is_error
+        )
+        self._metrics.record_ingress_request_metrics(
+            protocol=self._http,
+            method=method,
+            route=self._route,
+            app_name=self._app,
+            deployment_name=self._deployment,
+            latency_ms=latency_ms,
+            is_error=is_error,
+            status_code=str(status),
+        )
+
+
+@dataclasses.dataclass
+class DirectIngressSeat:
+    """The HTTP port Serve gave an ingress replica, offered to another server.
+
+    Attributes:
+        user_callable: the deployment's instance in this replica.
+        serve_app: Serve's own ASGI entry of the replica (its health check and routes).
+        keep_alive_timeout_s: Serve's keep-alive setting for the port.
+        accounting: Serve's per-request records, for the server to keep.
+    """
+
+    user_callable: Any
+    serve_app: Callable[..., Any]
+    keep_alive_timeout_s: float
+    accounting: ReplicaRequestAccounting
+
+
+class SeatedServer(Protocol):
+    """A server in Serve's seat: Serve sets ``should_exit`` to drain it and awaits its
+    ``serve`` task (uvicorn's interface)."""
+
+    should_exit: bool
+
+    def serve(self, sock: socket.socket) -> Awaitable[None]: ...
+
+
+def take_direct_ingress_http(offer: Callable[[DirectIngressSeat], SeatedServer | None]) -> None:
+    """From now on in this process, a replica's direct-ingress HTTP port is served by the
+    server ``offer`` returns for it (None: Serve's own uvicorn, as without this call).
+
+    Wraps Serve's private ``start_asgi_http_server`` as the replica module looks it up. Ports
+    Serve's way (TLS, a root path) are left to Serve. Idempotent per process.
+    """
+    from ray.serve._private import replica as replica_module
+
+    original = replica_module.start_asgi_http_server
+    if getattr(original, "rayton_wrapped", False):
+        return
+
+    async def start(app: Any, http_options: Any, *, event_loop: Any, **options: Any) -> Any:
+        replica = getattr(app, "__self__", None)
+        wrapper = getattr(replica, "_user_callable_wrapper", None)
+        server = None
+        plain = not (http_options.ssl_certfile or http_options.root_path)
+        if wrapper is not None and plain:
+            server = offer(
+                DirectIngressSeat(
+                    wrapper.user_callable,
+                    app,
+                    http_options.keep_alive_timeout_s,
+                    ReplicaRequestAccounting(replica),
+                )
+            )
+        if server is None:
+            return await original(app, http_options, event_loop=event_loop, **options)
+        family = socket.AF_INET6 if ":" in http_options.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((http_options.host, http_options.port))
+        except OSError as err:  # Serve retries another port on this error
+            sock.close()
+            raise RuntimeError(
+                f"Failed to bind to address '{http_options.host}:{http_options.port}'."
+            ) from err
+        return event_loop.create_task(server.serve(sock)), server
+
+    start.rayton_wrapped = True  # type: ignore[attr-defined]
+    replica_module.start_asgi_http_server = start

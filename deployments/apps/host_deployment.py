@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import Response
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
@@ -34,6 +32,7 @@ from deployments.apps.handles import (
     ModelHandles,
     ask_own_replicas,
 )
+from deployments.apps.http_ingress import HttpIngress
 from deployments.apps.model_deployment import ModelSpec, spec_generation
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
@@ -53,6 +52,7 @@ from deployments.grpc.model_infer import (
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
+from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.http.server_routes import ServerHttpEndpoints
 from deployments.observability.statistics import ModelStatistics, merge_entries
@@ -76,11 +76,11 @@ def instance_count(config: mc.ModelConfig) -> int:
 
 
 @serve.deployment
-class TritonModelHost(ControlledReplica):
+class TritonModelHost(HttpIngress, ControlledReplica):
     """Serves the hosted models over HTTP, gRPC and to other deployments."""
 
     def __init__(self, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
-        self._max_input_size = max_input_size
+        super().__init__(max_input_size)
         self.host = ModelHost()
         self.control = ReplicaControl(lambda: sorted(self.host.slots), self.host.metrics)
         # Hosted python models make BLS calls like dedicated ones; to a co-hosted model, here.
@@ -106,7 +106,6 @@ class TritonModelHost(ControlledReplica):
                 self.host.slot(name),
                 self._statistics_of(name),
                 controller_trace_setting,
-                self._max_input_size,
             )
             for name in wanted
         }
@@ -153,8 +152,8 @@ class TritonModelHost(ControlledReplica):
 
     # ------------------------------------------------------------------ HTTP
 
-    async def __call__(self, request: Request) -> Response:
-        parts = request.url.path.split("/", 4)  # "", "v2", "models", name, rest
+    async def handle_http(self, request: HttpRequest) -> HttpReply:
+        parts = request.path.split("/", 4)  # "", "v2", "models", name, rest
         endpoints = self._endpoints.get(parts[3]) if len(parts) > 3 else None
         if endpoints is None:
             return await self._server.handle(request)

@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import Response
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
 from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
 from deployments.apps.handles import ask_own_replicas
+from deployments.apps.http_ingress import HttpIngress
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import cluster_server_core
@@ -44,6 +43,7 @@ from deployments.grpc.model_infer import (
 )
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
+from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.model_routes import ModelHttpEndpoints
 from deployments.observability.statistics import ModelStatistics, merge_entries
 from repo_adapter.backends import InstanceSpec
@@ -53,7 +53,7 @@ from repo_adapter.repository import RepositoryModel
 from repo_adapter.request_validation import model_not_found
 
 
-class ServedModelDeployment(ControlledReplica):
+class ServedModelDeployment(HttpIngress, ControlledReplica):
     """HTTP (``__call__``), gRPC and the :class:`ModelReplicaApi` over the replica's
     :class:`ModelSlot`, for the deployments that serve one model each.
 
@@ -66,9 +66,8 @@ class ServedModelDeployment(ControlledReplica):
     def __init__(self, name: str, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         self.slot = ModelSlot(name)
         self.control = ReplicaControl(self.held_models, self.slot.metrics)
-        self._http = ModelHttpEndpoints(
-            self.slot, self._statistics_here, controller_trace_setting, max_input_size
-        )
+        super().__init__(max_input_size)
+        self._http = ModelHttpEndpoints(self.slot, self._statistics_here, controller_trace_setting)
         self._forwarder: TritonGrpcServicer | None = None
         self._routed = RoutedCalls()
 
@@ -91,7 +90,7 @@ class ServedModelDeployment(ControlledReplica):
 
     # ------------------------------------------------------------------ HTTP and gRPC
 
-    async def __call__(self, request: Request) -> Response:
+    async def handle_http(self, request: HttpRequest) -> HttpReply:
         return await self._http.handle(request)
 
     async def ModelInfer(  # the RPC's name: Serve's gRPC ingress calls it

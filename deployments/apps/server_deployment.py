@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import Response
 
+from deployments.apps.http_ingress import HttpIngress
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import cluster_server_core
+from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.server_routes import ServerHttpEndpoints
 from repo_adapter.live_repository import IndexEntry
 
@@ -17,17 +17,18 @@ SERVER_DEPLOYMENT_NAME = "server"
 
 
 @serve.deployment
-class TritonServer(ControlledReplica):
+class TritonServer(HttpIngress, ControlledReplica):
     """Answers the server-wide part of Triton's HTTP protocol; the repository controller
     (a deployment of the same application, passed as ``controller``) owns the state."""
 
     async def __init__(self, controller: Any) -> None:
+        super().__init__()  # no limit: a load request may carry model files
         self.core = cluster_server_core(controller)
         self._http = ServerHttpEndpoints(self.core)
         self.control = ReplicaControl(held_models=list, traces=False)
         self.control.adopt_controller_settings()
 
-    async def __call__(self, request: Request) -> Response:
+    async def handle_http(self, request: HttpRequest) -> HttpReply:
         return await self._http.handle(request)
 
     async def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:

@@ -11,11 +11,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from deployments.core.served_model import ServedModel
-from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE, read_body
+from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.request_decoding import decode_infer_request, parse_json_object
 from deployments.http.response_encoding import encode_infer_response
 from deployments.http.responses import (
@@ -70,12 +67,10 @@ class ModelHttpEndpoints:
         served: ServedModel,
         statistics: Callable[[str], Awaitable[list[ModelStatistics]]],
         trace_setting: TraceSettingFn,
-        max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     ) -> None:
         self.served = served
         self._statistics = statistics  # the model's totals over all its replicas
         self._trace_setting = trace_setting  # the controller owns the trace settings
-        self._max_input_size = max_input_size
         self._raw_input_for: tuple[Any, RawInputSpec | None] = (None, None)
 
     def _raw_input(self) -> RawInputSpec | None:
@@ -88,8 +83,8 @@ class ModelHttpEndpoints:
             self._raw_input_for = (config, spec)
         return spec
 
-    async def handle(self, request: Request) -> Response:
-        route = split_model_path(request.url.path, self.served.name)
+    async def handle(self, request: HttpRequest) -> HttpReply:
+        route = split_model_path(request.path, self.served.name)
         if route is None:
             return json_response(NOT_FOUND, 404)
         version, action = route
@@ -118,28 +113,25 @@ class ModelHttpEndpoints:
         except InferenceServerError as err:
             return error_response(err)
         except Exception as err:  # a bug must still answer in Triton's error format
-            logger.exception("model '%s': unhandled error on %s", self.served.name, request.url)
+            logger.exception("model '%s': unhandled error on %s", self.served.name, request.path)
             return error_response(
                 InferenceServerError(f"{type(err).__name__}: {err}", StatusCode.INTERNAL)
             )
         return json_response(NOT_FOUND, 404)
 
-    async def _trace(self, request: Request) -> Response:
+    async def _trace(self, request: HttpRequest) -> HttpReply:
         if request.method == "GET":
             return json_response(await self._trace_setting(self.served.name, None))
         if request.method != "POST":
             return json_response(METHOD_NOT_ALLOWED, 405)
-        changes = parse_json_object(await request.body())
+        changes = parse_json_object(request.body)
         return json_response(await self._trace_setting(self.served.name, changes))
 
-    async def _infer(self, request: Request, version: str) -> Response:
-        received_ns = time.monotonic_ns()
+    async def _infer(self, request: HttpRequest, version: str) -> HttpReply:
         trace = None
         try:
-            body = await read_body(request, self._max_input_size)
-            read_ns = time.monotonic_ns()
             infer_request = decode_infer_request(
-                body,
+                request.body,
                 request.headers,
                 model_name=self.served.name,
                 model_version=version,
@@ -147,8 +139,8 @@ class ModelHttpEndpoints:
             )
             trace = infer_request.trace = TRACER.start(self.served.name, infer_request.id)
             if trace is not None:
-                trace.stamp("HTTP_RECV_START", received_ns)
-                trace.stamp("HTTP_RECV_END", read_ns)
+                trace.stamp("HTTP_RECV_START", request.received_ns or time.monotonic_ns())
+                trace.stamp("HTTP_RECV_END", request.read_ns or time.monotonic_ns())
             response = await self.served.infer(infer_request)
             if trace is not None:
                 trace.stamp("HTTP_SEND_START")
@@ -165,4 +157,4 @@ class ModelHttpEndpoints:
                 # The replica's side of the send: encoding; Serve writes the bytes afterwards.
                 trace.stamp("HTTP_SEND_END")
                 TRACER.finish(trace)
-        return Response(payload, 200, headers=headers)
+        return HttpReply(200, payload, headers)

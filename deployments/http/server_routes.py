@@ -11,10 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 
-from starlette.requests import Request
-from starlette.responses import Response
-
 from deployments.core.server_core import ServerCore
+from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.request_decoding import parse_json_object
 from deployments.http.responses import (
     METHOD_NOT_ALLOWED,
@@ -38,8 +36,8 @@ class ServerHttpEndpoints:
     def __init__(self, core: ServerCore) -> None:
         self.core = core
 
-    async def handle(self, request: Request) -> Response:
-        path = request.url.path.rstrip("/") or "/"
+    async def handle(self, request: HttpRequest) -> HttpReply:
+        path = request.path.rstrip("/") or "/"
         method = request.method
         core = self.core
         try:
@@ -68,11 +66,11 @@ class ServerHttpEndpoints:
             return error_response(err)
         return json_response(NOT_FOUND, 404)
 
-    async def _repository(self, path: str, method: str, request: Request) -> Response:
+    async def _repository(self, path: str, method: str, request: HttpRequest) -> HttpReply:
         if method != "POST":
             return json_response(METHOD_NOT_ALLOWED, 405)
         if path == "/v2/repository/index" or (path.endswith("/index") and path.count("/") == 4):
-            body = await request.body()
+            body = request.body
             ready_only = False
             if body:
                 try:
@@ -82,7 +80,7 @@ class ServerHttpEndpoints:
             return json_response(await self.core.repository_index(ready_only))
         parts = path.split("/")
         if len(parts) == 6 and parts[3] == "models" and parts[5] in ("load", "unload"):
-            parameters = _parameters(await request.body())
+            parameters = _parameters(request.body)
             if parts[5] == "load":
                 config, files = load_parameters(parameters)
                 await self.core.load(parts[4], config, files)
@@ -91,23 +89,23 @@ class ServerHttpEndpoints:
             return empty_response(200)
         return json_response(NOT_FOUND, 404)
 
-    async def _logging(self, method: str, request: Request) -> Response:
+    async def _logging(self, method: str, request: HttpRequest) -> HttpReply:
         if method == "GET":
             return json_response(await self.core.log_settings())
         if method != "POST":
             return json_response(METHOD_NOT_ALLOWED, 405)
-        changes = parse_json_object(await request.body())
+        changes = parse_json_object(request.body)
         return json_response(await self.core.update_log_settings(changes))
 
-    async def _trace(self, model: str | None, method: str, request: Request) -> Response:
+    async def _trace(self, model: str | None, method: str, request: HttpRequest) -> HttpReply:
         if method == "GET":
             return json_response(await self.core.trace_settings(model, None))
         if method != "POST":
             return json_response(METHOD_NOT_ALLOWED, 405)
-        changes = parse_json_object(await request.body())
+        changes = parse_json_object(request.body)
         return json_response(await self.core.trace_settings(model, changes))
 
-    async def _unrouted_model(self, path: str, method: str, request: Request) -> Response:
+    async def _unrouted_model(self, path: str, method: str, request: HttpRequest) -> HttpReply:
         parts = [p for p in path.split("/") if p]
         model = parts[2] if len(parts) > 2 else ""
         if len(parts) == 5 and parts[3:] == ["trace", "setting"]:

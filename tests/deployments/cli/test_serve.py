@@ -200,6 +200,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             assert client.infer("bytes_identity", inputs).as_numpy("OUT")[0, 0] == big[0, 0]
             check_a_stream_through_haproxy(client)
         check_model_infer_skipped_the_frontend(lines)
+        check_replicas_answer_http_with_rayton_s_server(url)
         check_listeners_are_loopback(server, lines, (port, grpc_port))
         # Last: the crash takes the shared host down. HAProxy's answer is Triton's JSON too.
         crash = urllib.request.Request(
@@ -316,6 +317,19 @@ def check_a_stream_through_haproxy(client: grpcclient.InferenceServerClient) -> 
     assert no_error is None and first.as_numpy("OUT")[0, 0] == b"hello"
     assert none is None and "unknown model: 'no_such_model'" in str(unknown), unknown
     assert last.as_numpy("OUT")[0, 0] == b"hello"
+
+
+def check_replicas_answer_http_with_rayton_s_server(url: str) -> None:
+    """Behind HAProxy, the model's and the server's replicas answer on rayton's own HTTP server
+    (Serve's uvicorn names itself in a ``server`` header and dates every answer); Serve's own
+    routes on a replica's port still answer, from Serve."""
+    for path in ("/v2/models/add_sub", "/v2", "/v2/models/add_sub/ready"):
+        with urllib.request.urlopen(f"http://{url}{path}", timeout=30) as response:
+            assert response.status == 200, path
+            assert response.headers.get("server") is None, (path, response.headers.items())
+            assert response.headers.get("date") is None, (path, response.headers.items())
+    with urllib.request.urlopen(f"http://{url}/-/healthz", timeout=30) as response:
+        assert response.status == 200
 
 
 def check_model_infer_skipped_the_frontend(lines: list[str]) -> None:

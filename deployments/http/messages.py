@@ -1,0 +1,42 @@
+"""An HTTP request and its reply as rayton's routes see them: plain data, no ASGI.
+
+rayton's own server (:mod:`deployments.http.server`) builds these straight from the parser;
+Serve's proxy path reaches the same routes through :mod:`deployments.http.starlette_bridge`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    """One request, its body read whole (within the server's size limit).
+
+    Attributes:
+        method: ``GET``, ``POST``, ...
+        path: the URL's path, percent-decoded.
+        headers: header names in lower case; a repeated header's values joined by ``", "``.
+        body: the body as received (``b""`` for none).
+        query: the URL's query string, without ``?``.
+        received_ns: ``time.monotonic_ns()`` when its first bytes arrived (trace stamps).
+        read_ns: ``time.monotonic_ns()`` when its body was read whole.
+    """
+
+    method: str
+    path: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    query: str = ""
+    received_ns: int = 0
+    read_ns: int = 0
+
+
+@dataclass(slots=True)
+class HttpReply:
+    """A whole response: status, headers (any case), body."""
+
+    status: int
+    body: bytes | bytearray | memoryview = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
