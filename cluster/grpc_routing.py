@@ -15,6 +15,13 @@ own: its calls go to the host's (named so on the way), and so do calls whose nam
 read (a compressed or malformed request), which the host answers as the frontend would.
 Every other call (health, metadata, repository, statistics) goes to rayton's gRPC frontend.
 
+A unary ``ModelInfer`` goes further: HAProxy ends HTTP/2 and sends it over HTTP/1.1 to the
+same replicas' HTTP port, where rayton's HTTP server answers it with gRPC's framing and
+trailers (:mod:`deployments.grpc.over_http`) at an HTTP inference's cost. The backend for
+that (``rayton-grpc-h1-<app>``) lists the application's replicas as its HTTP backend does,
+following their health checks (``track``), and Serve's gRPC fallback proxy as its backup, so
+while no replica is up a call still goes where it went before: over HTTP/2 to Serve.
+
 Run by the HAProxy wrapper (:mod:`cluster.haproxy_wrapper`) on the file Serve passes with
 ``-f``, before the real binary starts: ``python -m cluster.grpc_routing FRONTEND HOST_APP FILE``.
 """
@@ -25,6 +32,7 @@ import re
 import sys
 
 FRONTEND_BACKEND = "rayton_grpc_frontend"
+H1_BACKEND_PREFIX = "rayton-grpc-h1-"
 _INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
 _STREAM_PATH = "/inference.GRPCInferenceService/ModelStreamInfer"
 # Enough of a large body to hold the model name; a small body is read whole.
@@ -46,6 +54,7 @@ def _routing_rules() -> list[str]:
         "    # see cluster/grpc_routing.py.",
         f"    acl rayton_model_infer path {_INFER_PATH} {_STREAM_PATH}",
         f"    acl rayton_model_stream path {_STREAM_PATH}",
+        f"    acl rayton_unary_infer path {_INFER_PATH}",
         "    http-request del-header application",
         f"    http-request wait-for-body time {_BODY_WAIT} at-least {_HEAD_BYTES}"
         " if rayton_model_infer !rayton_model_stream",
@@ -65,6 +74,50 @@ def _frontend_backend(frontend: str) -> list[str]:
     ]
 
 
+def _sections(lines: list[str]) -> dict[str, list[str]]:
+    """Each ``backend NAME`` section's lines (its header first), by name."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in lines:
+        if _SECTION.match(line):
+            current = (
+                sections.setdefault(line.split()[1], []) if line.startswith("backend ") else None
+            )
+        if current is not None:
+            current.append(line)
+    return sections
+
+
+def _servers(section: list[str]) -> list[tuple[str, str, bool]]:
+    """``(name, address, backup)`` of each ``server`` line of a backend section."""
+    found = []
+    for line in section:
+        words = line.split()
+        if len(words) >= 3 and words[0] == "server":
+            found.append((words[1], words[2], "backup" in words))
+    return found
+
+
+def _h1_backend(app: str, sections: dict[str, list[str]]) -> list[str]:
+    """The backend sending ``app``'s unary ModelInfer over HTTP/1.1 to its replicas (as its
+    HTTP backend lists them), with Serve's gRPC fallback proxy as the backup."""
+    lines = [
+        f"backend {H1_BACKEND_PREFIX}{app}",
+        "    # rayton: unary ModelInfer to the replicas' HTTP servers (grpc/over_http.py)",
+        "    mode http",
+        "    log global",
+        "    http-reuse always",
+        f"    http-request set-header application {app}",
+    ]
+    for name, address, backup in _servers(sections[f"http-{app}"]):
+        if not backup:
+            lines.append(f"    server {name} {address} track http-{app}/{name}")
+    for name, address, backup in _servers(sections[f"grpc-{app}"]):
+        if backup:
+            lines.append(f"    server {name} {address} proto h2 backup track grpc-{app}/{name}")
+    return lines
+
+
 def route_model_infer(config: str, frontend: str, host_app: str) -> str:
     """``config`` (Serve's HAProxy config) with Triton's gRPC routing; ``frontend`` is the
     ``host:port`` of rayton's gRPC frontend, ``host_app`` the shared CPU host's application.
@@ -76,16 +129,34 @@ def route_model_infer(config: str, frontend: str, host_app: str) -> str:
         return config
     end = next((i for i in range(start + 1, len(lines)) if _SECTION.match(lines[i])), len(lines))
     section = lines[start:end]
-    backends = {line.split()[1] for line in lines if line.startswith("backend ")}
+    sections = _sections(lines)
+    backends = set(sections)
     host_backend = f"grpc-{host_app}"
+    # Applications with both an HTTP and a gRPC backend: their unary calls go over HTTP/1.1.
+    h1_apps = [
+        name.removeprefix("grpc-")
+        for name in sections
+        if name.startswith("grpc-") and f"http-{name.removeprefix('grpc-')}" in backends
+    ]
     edited = [section[0]]
     rules_added = False
     for line in section[1:]:
+        words = line.split()
         if line.strip().startswith("default_backend"):
             if host_backend in backends:  # a model it hosts, or one not (yet) deployed
+                if host_app in h1_apps:
+                    edited.append(
+                        f"    use_backend {H1_BACKEND_PREFIX}{host_app} if rayton_unary_infer"
+                    )
                 edited.append(f"    use_backend {host_backend} if rayton_model_infer")
             edited.append(f"    default_backend {FRONTEND_BACKEND}")
             continue
+        if words[:1] == ["use_backend"] and len(words) == 4 and words[2] == "if":
+            app = words[1].removeprefix("grpc-")
+            if words[1].startswith("grpc-") and app in h1_apps and words[3] == f"is_grpc-{app}":
+                edited.append(
+                    f"    use_backend {H1_BACKEND_PREFIX}{app} if {words[3]} rayton_unary_infer"
+                )
         edited.append(line)
         if not rules_added and line.strip() == "log global":
             edited.extend(_routing_rules())
@@ -97,7 +168,8 @@ def route_model_infer(config: str, frontend: str, host_app: str) -> str:
         # Serve's replica answers only calls naming its application: the host's, here.
         at = rest.index(f"backend {host_backend}") + 1
         rest[at:at] = [f"    http-request set-header application {host_app}"]
-    result = [*lines[:start], *edited, *rest, *_frontend_backend(frontend)]
+    h1_backends = [line for app in h1_apps for line in _h1_backend(app, sections)]
+    result = [*lines[:start], *edited, *rest, *_frontend_backend(frontend), *h1_backends]
     return "\n".join(result) + "\n"
 
 

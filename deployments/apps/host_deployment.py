@@ -48,7 +48,9 @@ from deployments.grpc.model_infer import (
     SerializedMessage,
     answer_grpc,
     infer_serialized,
+    parse_infer_request,
 )
+from deployments.grpc.over_http import GRPC_INFER_PATH, answer_unary, is_grpc_call
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
@@ -153,6 +155,8 @@ class TritonModelHost(HttpIngress, ControlledReplica):
     # ------------------------------------------------------------------ HTTP
 
     async def handle_http(self, request: HttpRequest) -> HttpReply:
+        if request.path == GRPC_INFER_PATH and is_grpc_call(request):
+            return await answer_unary(request, self._infer_grpc_message)
         parts = request.path.split("/", 4)  # "", "v2", "models", name, rest
         endpoints = self._endpoints.get(parts[3]) if len(parts) > 3 else None
         if endpoints is None:
@@ -166,14 +170,20 @@ class TritonModelHost(HttpIngress, ControlledReplica):
     ) -> SerializedMessage:
         """Triton's ``ModelInfer`` from Serve's gRPC ingress: HAProxy sends here each model
         without an application of its own (cluster/grpc_routing.py)."""
+        return await answer_grpc(self._infer_grpc(request), grpc_context)
+
+    async def _infer_grpc_message(self, message: bytes) -> bytes:
+        """A unary ``ModelInfer`` HAProxy sent here over HTTP/1.1 (grpc/over_http.py)."""
+        return await self._infer_grpc(parse_infer_request(message), message)
+
+    async def _infer_grpc(self, request: pb.ModelInferRequest, message: bytes = b"") -> bytes:
         slot = self.host.slots.get(request.model_name)
         if slot is not None:
-            return await answer_grpc(self._routed.infer(slot.infer, request), grpc_context)
+            return await self._routed.infer(slot.infer, request)
         # Not hosted: unknown, unavailable, or just deployed on its own (HAProxy's routes lag
         # behind Serve's): answered as the gRPC frontend answers it.
         route = InferRoute(request.model_name, request.model_version, request.id)
-        forwarded = self._grpc.forward_infer(route, request.SerializeToString())
-        return await answer_grpc(forwarded, grpc_context)
+        return await self._grpc.forward_infer(route, message or request.SerializeToString())
 
     async def ModelStreamInfer(  # the RPC's name: Serve's gRPC ingress calls it
         self, request_stream: AsyncIterator[pb.ModelInferRequest], grpc_context: Any = None

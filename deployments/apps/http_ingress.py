@@ -24,6 +24,7 @@ from cluster.serve_internals import (
     ReplicaRequestAccounting,
     take_direct_ingress_http,
 )
+from deployments.grpc.over_http import GRPC_INFER_PATH
 from deployments.http.asgi_call import AsgiApp, asgi_call
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.responses import error_response
@@ -63,6 +64,7 @@ def _server_for(seat: DirectIngressSeat) -> HttpServer | None:
         handler.handle,
         max_body_size=ingress.max_body_size,
         keep_alive_timeout_s=seat.keep_alive_timeout_s,
+        unlimited_paths=(GRPC_INFER_PATH,),  # Triton's gRPC has no body limit
     )
 
 

@@ -35,8 +35,13 @@ class HttpRequest:
 
 @dataclass(slots=True)
 class HttpReply:
-    """A whole response: status, headers (any case), body."""
+    """A whole response: status, headers (any case), body, and trailers.
+
+    ``trailers`` (None: none) go after a chunked body, as gRPC's status does when a call
+    travels as HTTP/1.1 (:mod:`deployments.grpc.over_http`).
+    """
 
     status: int
     body: bytes | bytearray | memoryview = b""
     headers: Mapping[str, str] = field(default_factory=dict)
+    trailers: Mapping[str, str] | None = None

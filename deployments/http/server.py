@@ -17,7 +17,7 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from urllib.parse import unquote
 
 import httptools
@@ -49,16 +49,31 @@ def _status_line(status: int) -> bytes:
     return line if line is not None else f"HTTP/1.1 {status} Status\r\n".encode()
 
 
+_FRAMING = ("content-length", "connection", "transfer-encoding")
+
+
 def render_head(reply: HttpReply, body_length: int, keep_alive: bool) -> bytes:
-    """The status line and headers of ``reply``, ``Content-Length`` and ``Connection`` set
-    here (a ``content-length`` the handler set is replaced)."""
+    """The status line and headers of ``reply``, its framing (``Content-Length``, or chunked
+    where it has trailers) and ``Connection`` set here (the handler's are replaced)."""
     parts = [_status_line(reply.status)]
     for name, value in reply.headers.items():
-        if name.lower() not in ("content-length", "connection"):
+        if name.lower() not in _FRAMING:
             parts.append(f"{name}: {value}\r\n".encode("latin-1"))
-    parts.append(b"content-length: %d\r\n" % body_length)
+    if reply.trailers is None:
+        parts.append(b"content-length: %d\r\n" % body_length)
+    else:
+        parts.append(b"transfer-encoding: chunked\r\n")
     if not keep_alive:
         parts.append(b"connection: close\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def render_chunked(body: bytes | bytearray | memoryview, trailers: Mapping[str, str]) -> bytes:
+    """``body`` as one chunk (none when empty), the last chunk, then ``trailers``."""
+    parts = [b"%x\r\n" % len(body), bytes(body), b"\r\n"] if body else []
+    parts.append(b"0\r\n")
+    parts.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in trailers.items())
     parts.append(b"\r\n")
     return b"".join(parts)
 
@@ -72,9 +87,12 @@ class HttpServer:
         *,
         max_body_size: int | None = None,
         keep_alive_timeout_s: float = 5.0,
+        unlimited_paths: Collection[str] = (),
     ) -> None:
         self.handler = handler
         self.max_body_size = max_body_size
+        # Paths whose bodies have no limit (gRPC calls: Triton limits none).
+        self.unlimited_urls = frozenset(path.encode() for path in unlimited_paths)
         self.keep_alive_timeout_s = keep_alive_timeout_s
         self.connections: set[_Connection] = set()
         self._exit = asyncio.Event()
@@ -144,6 +162,7 @@ class _Connection(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
         self._size = 0
+        self._limit: int | None = None
         self._received_ns = 0
 
     # ------------------------------------------------------------------ transport events
@@ -197,7 +216,8 @@ class _Connection(asyncio.Protocol):
         self._headers[key] = text if earlier is None else f"{earlier}, {text}"
 
     def on_headers_complete(self) -> None:
-        limit = self.server.max_body_size
+        server = self.server
+        limit = self._limit = None if self._url in server.unlimited_urls else server.max_body_size
         declared = self._headers.get("content-length")
         if limit is not None and declared is not None and declared.isdigit():
             if int(declared) > limit:
@@ -210,7 +230,7 @@ class _Connection(asyncio.Protocol):
         if self.refused:
             return
         self._size += len(body)
-        limit = self.server.max_body_size
+        limit = self._limit
         if limit is not None and self._size > limit:
             self._refuse(too_large(f"over {limit}", limit))
             return
@@ -300,7 +320,9 @@ class _Connection(asyncio.Protocol):
             return False
         body = reply.body if method != "HEAD" else b""
         head = render_head(reply, len(reply.body), keep_alive)
-        if len(body) <= _JOIN_LIMIT:
+        if reply.trailers is not None:
+            transport.write(head + render_chunked(body, reply.trailers))
+        elif len(body) <= _JOIN_LIMIT:
             transport.write(head + bytes(body) if body else head)
         else:
             transport.writelines((head, body))

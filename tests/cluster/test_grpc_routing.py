@@ -24,18 +24,40 @@ from cluster.serve_binds import bound_address
 HOST_APP = "rayton-models"
 
 
-def serve_config(port: int, backends: dict[str, int]) -> str:
+def serve_config(
+    port: int,
+    backends: dict[str, int],
+    http_backends: dict[str, int] | None = None,
+    fallback: int | None = None,
+) -> str:
     """The gRPC part of the config Ray 2.60's Serve writes (its template's shape), with one
-    application backend per entry of ``backends`` (application -> server port)."""
+    application backend per entry of ``backends`` (application -> server port), the HTTP
+    backends of ``http_backends`` (application -> its replica's HTTP port) and, with
+    ``fallback``, Serve's gRPC fallback proxy as every gRPC backend's backup."""
     rules = "".join(
         f"    acl is_grpc-{app} req.hdr(application) -m str {app}\n"
         f"    use_backend grpc-{app} if is_grpc-{app}\n"
         for app in backends
     )
+    checks = "    default-server fastinter 100ms downinter 100ms fall 2 rise 2 inter 100ms check\n"
+    backup = (
+        f"    server SERVE_PROXY_ACTOR-fallback 127.0.0.1:{fallback} proto h2 check backup\n"
+        if fallback
+        else ""
+    )
     sections = "".join(
         f"backend grpc-{app}\n    mode http\n    log global\n    http-reuse always\n"
-        f"    server SERVE_REPLICA_{app} 127.0.0.1:{server} proto h2\n"
+        + (f"    option tcp-check\n    tcp-check connect\n{checks}" if fallback else "")
+        + f"    server SERVE_REPLICA_{app} 127.0.0.1:{server} proto h2\n{backup}"
         for app, server in backends.items()
+    )
+    sections += "".join(
+        f"backend http-{app}\n    log global\n    http-reuse always\n"
+        "    option httpchk GET /-/healthz\n    http-check expect status 200\n"
+        f"{checks}"
+        f"    server SERVE_REPLICA_{app} 127.0.0.1:{server} check\n"
+        f"    server SERVE_PROXY_ACTOR-fallback 127.0.0.1:1 check backup\n"
+        for app, server in (http_backends or {}).items()
     )
     return (
         "global\n    maxconn 100\n"
@@ -261,3 +283,93 @@ def test_a_stream_goes_where_its_first_request_names_even_a_small_one(routed):
     ]
     assert servers[HOST_APP].calls == [("ModelStreamInfer", HOST_APP, "hosted_model")]
     assert servers["frontend"].calls == []
+
+
+class RecordingHttpServer:
+    """rayton's HTTP server in a thread answering unary ModelInfer over HTTP/1.1 as a
+    replica does (gRPC framing, trailers), and its health check; records
+    ``(path, application header, model name)``."""
+
+    def __init__(self) -> None:
+        from deployments.grpc.over_http import answer_unary
+        from deployments.http.messages import HttpReply
+        from deployments.http.server import HttpServer
+
+        self.port = free_port()
+        self.calls: list[tuple[str, str, str]] = []
+
+        async def handle(request):
+            if request.path == "/-/healthz":
+                return HttpReply(200, b"success")
+
+            async def answer(message: bytes) -> bytes:
+                model = pb.ModelInferRequest.FromString(message).model_name
+                self.calls.append((request.path, request.headers.get("application", ""), model))
+                return pb.ModelInferResponse(model_name=model).SerializeToString()
+
+            return await answer_unary(request, answer)
+
+        self._server = HttpServer(handle)
+        self._loop = asyncio.new_event_loop()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", self.port))
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete, args=(self._server.serve(sock),), daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(setattr, self._server, "should_exit", True)
+        self._thread.join(10)
+
+
+@pytest.fixture
+def routed_h1(tmp_path):
+    """HAProxy with the edited config in front of the ``mlp`` application and the shared host,
+    each with a gRPC server and an HTTP server, Serve's fallback proxy and rayton's frontend;
+    ``mlp``'s HTTP server is stopped by the test that wants no replica up."""
+    grpc_servers = {name: RecordingServer() for name in ("mlp", HOST_APP, "fallback", "frontend")}
+    http_servers = {name: RecordingHttpServer() for name in ("mlp", HOST_APP)}
+    port = free_port()
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(
+        serve_config(
+            port,
+            {name: grpc_servers[name].port for name in ("mlp", HOST_APP)},
+            {name: server.port for name, server in http_servers.items()},
+            fallback=grpc_servers["fallback"].port,
+        )
+    )
+    wrapper = haproxy_wrapper("127.0.0.1", (f"127.0.0.1:{grpc_servers['frontend'].port}", HOST_APP))
+    process = subprocess.Popen([wrapper, "-db", "-f", str(config)], stderr=subprocess.PIPE)
+    time.sleep(1)  # listening, and the first health checks done
+    try:
+        yield grpcclient.InferenceServerClient(f"127.0.0.1:{port}"), grpc_servers, http_servers
+    finally:
+        process.terminate()
+        process.wait(10)
+        for server in [*grpc_servers.values(), *http_servers.values()]:
+            server.stop()
+
+
+def test_unary_model_infer_goes_over_http_1_1_to_the_replicas_and_streams_stay_on_grpc(routed_h1):
+    client, grpc_servers, http_servers = routed_h1
+    assert client.infer("mlp", [infer_input(1)]).get_response().model_name == "mlp"
+    assert client.infer("mlp", [infer_input(4096)]).get_response().model_name == "mlp"
+    assert client.infer("hosted_model", [infer_input(1)]).get_response().model_name == (
+        "hosted_model"
+    )
+    assert stream_models(client, [("mlp", 1)]) == ["mlp"]
+    path = "/inference.GRPCInferenceService/ModelInfer"
+    assert http_servers["mlp"].calls == [(path, "mlp", "mlp")] * 2
+    assert http_servers[HOST_APP].calls == [(path, HOST_APP, "hosted_model")]
+    assert grpc_servers["mlp"].calls == [("ModelStreamInfer", "mlp", "mlp")]
+    assert grpc_servers[HOST_APP].calls == grpc_servers["fallback"].calls == []
+
+
+def test_while_no_replica_serves_http_a_unary_call_goes_to_serve_s_grpc_fallback(routed_h1):
+    client, grpc_servers, http_servers = routed_h1
+    http_servers["mlp"].stop()
+    time.sleep(1)  # two failed health checks
+    assert client.infer("mlp", [infer_input(1)]).get_response().model_name == "mlp"
+    assert grpc_servers["fallback"].calls == [("ModelInfer", "mlp", "mlp")]

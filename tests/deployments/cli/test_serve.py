@@ -333,18 +333,24 @@ def check_replicas_answer_http_with_rayton_s_server(url: str) -> None:
 
 
 def check_model_infer_skipped_the_frontend(lines: list[str]) -> None:
-    """HAProxy sent the gRPC ModelInfer and the stream straight to the shared host's replica
-    (its exporter counts the calls per backend), not through rayton's gRPC frontend."""
+    """HAProxy sent the gRPC ModelInfer straight to the shared host's replica over HTTP/1.1
+    and the stream over gRPC (its exporter counts the calls per backend), not through
+    rayton's gRPC frontend."""
     (endpoint,) = [line for line in lines if line.strip().startswith("gRPC (Triton)")]
     assert endpoint.endswith("(HAProxy -> model replicas)\n"), endpoint
     with urllib.request.urlopen(f"http://127.0.0.1:{HAPROXY_PORTS[1]}/metrics", timeout=30) as f:
         page = f.read().decode()
-    counted = [
-        float(line.rsplit(" ", 1)[1])
-        for line in page.splitlines()
-        if line.startswith('haproxy_backend_http_requests_total{proxy="grpc-rayton-models"')
-    ]
-    assert counted and counted[0] >= 2, counted
+
+    def counted(backend: str) -> float:
+        prefix = f'haproxy_backend_http_requests_total{{proxy="{backend}"'
+        values = [
+            float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(prefix)
+        ]
+        return values[0] if values else 0.0
+
+    assert counted("rayton-grpc-h1-rayton-models") >= 1  # the unary ModelInfer
+    assert counted("grpc-rayton-models") >= 1  # the stream
+    assert counted("rayton_grpc_frontend") >= 1  # is_model_ready, through the frontend
 
 
 def serve_grpc_ports(pids: list[int]) -> set[int]:

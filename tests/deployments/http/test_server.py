@@ -250,3 +250,26 @@ def test_the_head_sets_length_and_close_itself():
     assert head == (
         b"HTTP/1.1 404 Not Found\r\nX-A: b\r\ncontent-length: 3\r\nconnection: close\r\n\r\n"
     )
+
+
+async def test_a_reply_with_trailers_goes_chunked_and_exempt_paths_have_no_body_limit():
+    async def grpc_like(request: HttpRequest) -> HttpReply:
+        return HttpReply(
+            200, request.body, {"content-type": "application/grpc"}, {"grpc-status": "0"}
+        )
+
+    async with Running(grpc_like, max_body_size=4, unlimited_paths=("/rpc",)) as running:
+        reader, writer = await running.connect()
+        writer.write(b"POST /rpc HTTP/1.1\r\nContent-Length: 6\r\n\r\nabcdef")
+        assert await reader.readline() == b"HTTP/1.1 200 OK\r\n"
+        head = []
+        while (line := await reader.readline()) != b"\r\n":
+            head.append(line)
+        assert b"transfer-encoding: chunked\r\n" in head
+        assert not any(line.startswith(b"content-length") for line in head)
+        rest = await reader.readuntil(b"0\r\ngrpc-status: 0\r\n\r\n")
+        assert rest == b"6\r\nabcdef\r\n0\r\ngrpc-status: 0\r\n\r\n"
+        writer.write(b"POST /other HTTP/1.1\r\nContent-Length: 6\r\n\r\nabcdef")
+        status, _, _ = await read_response(reader)
+        writer.close()
+    assert status == 400  # the limit holds elsewhere
