@@ -46,7 +46,7 @@ def role_of(command_line: str) -> str:
     return next((role for key, role in _ROLES if key in command_line), _OTHER)
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S  # utime + stime
 
@@ -57,7 +57,7 @@ def session_cpu_by_role(session_id: int) -> dict[str, float]:
     for pid in session_pids(session_id):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            totals[role_of(command)] += _cpu_seconds(pid)
+            totals[role_of(command)] += cpu_seconds(pid)
         except (OSError, ValueError):
             continue  # exited meanwhile
     return totals

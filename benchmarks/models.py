@@ -48,6 +48,8 @@ MODELS = (
     BenchModel("preprocess", IMAGE_SHAPE, (3, 64, 64), 8, "python", "UINT8"),
     BenchModel("pipeline", IMAGE_SHAPE, (10,), 8, "python", "UINT8", classifier="cnn"),
     BenchModel("pipeline_async", IMAGE_SHAPE, (10,), 8, "python", "UINT8", classifier="cnn"),
+    # a trivial python model, 4 floats in and out, no batching: the per-request path alone
+    BenchModel("trivial", (4,), (4,), 0, "python"),
 )
 ONNX_MODELS = tuple(m for m in MODELS if m.kind == "onnx")
 
@@ -58,13 +60,17 @@ def _config(model: BenchModel, backend: str) -> str:
     threads = ""
     if backend == "onnxruntime":
         threads = 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+    batching = (
+        f"dynamic_batching {{ max_queue_delay_microseconds: {QUEUE_DELAY_US} }}\n"
+        if model.max_batch_size
+        else ""
+    )
     return f"""name: "{model.name}"
 backend: "{backend}"
 max_batch_size: {model.max_batch_size}
 input [ {{ name: "INPUT0" data_type: TYPE_{model.input_type} dims: [ {dims(model.input_dims)} ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_{output_type} dims: [ {dims(model.output_dims)} ] }} ]
-dynamic_batching {{ max_queue_delay_microseconds: {QUEUE_DELAY_US} }}
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+{batching}instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 {threads}"""
 
 
@@ -195,10 +201,25 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse(output_tensors=[scores]))
         return responses
 '''
+TRIVIAL_MODEL_PY = '''"""A trivial python model (benchmark model): its input back, unbatched."""
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            tensor = pb_utils.Tensor("OUTPUT0", values)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
+        return responses
+'''
 _PYTHON_MODELS = {
     "preprocess": PREPROCESS_MODEL_PY,
     "pipeline": PIPELINE_MODEL_PY,
     "pipeline_async": PIPELINE_ASYNC_MODEL_PY,
+    "trivial": TRIVIAL_MODEL_PY,
 }
 
 

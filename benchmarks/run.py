@@ -58,7 +58,8 @@ LEVELS = (
     Level("pipeline", 1, 8),
 )
 # Opt-in levels (``--levels``), kept out of the default run to keep ``make bench`` short:
-# ``pipeline_async:8``, the pipeline with concurrent BLS calls (benchmarks/notes.md)
+# ``pipeline_async:8``, the pipeline with concurrent BLS calls (benchmarks/notes.md);
+# ``trivial:4``, a python model of 4 floats without batching (rayton and Triton only)
 # Levels also measured over gRPC (rayton's and the reference Triton's)
 GRPC_LEVELS = frozenset(
     (
@@ -130,7 +131,8 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
         # every model's application, not the first to answer: the others would still be
         # starting (and taking CPU) during the first level
         for model in MODELS:
-            server.wait_http(f"http://127.0.0.1:{port}/v2/models/{model.name}/config")
+            if model.max_batch_size:  # the app serves the batched models only
+                server.wait_http(f"http://127.0.0.1:{port}/v2/models/{model.name}/config")
         return RunningSystem(f"127.0.0.1:{port}", server.stop, server.process.pid)
     if name == "triton":
         from tests.reference_triton import ReferenceTriton
@@ -250,14 +252,18 @@ def render(
         "",
         "Every system serves the same models with dynamic batching (a "
         f"{QUEUE_DELAY_US} µs queue delay) and one instance: "
-        + ", ".join(f"`{m.name}` (max_batch_size {m.max_batch_size})" for m in MODELS)
+        + ", ".join(
+            f"`{m.name}` (max_batch_size {m.max_batch_size})" for m in MODELS if m.max_batch_size
+        )
         + ". ONNX models run on one ONNX Runtime thread (reference Triton: a python model "
         "running ONNX Runtime, since the bundled server has no ORT backend); `preprocess` "
         "(640x480 UINT8 image -> normalised 3x64x64) and `pipeline` (the same, then a BLS call to "
         "the ONNX `cnn`) are the same `model.py` on both servers; the hand-written Serve app runs "
         "the same pre-processing function, and for `pipeline` the `cnn` in its own replica on "
         "the stacked batch (no BLS); `pipeline_async` (the pipeline with concurrent BLS calls) is "
-        "an opt-in level (`--levels pipeline_async:8`). Load: `rayton perf`'s library "
+        "an opt-in level (`--levels pipeline_async:8`), and so is `trivial` (a python model "
+        "returning its 4 floats, no batching; rayton and Triton: `--levels trivial:4`). "
+        "Load: `rayton perf`'s library "
         "(tritonclient aio, binary tensors), closed loop, on the same machine, one system at a "
         "time; rayton gRPC goes through HAProxy straight to the model's replicas. Rates in "
         "inferences (rows) per second.",

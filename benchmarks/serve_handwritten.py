@@ -34,6 +34,8 @@ def main() -> None:
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     targets = [RunTarget(HandwrittenServer.bind(), name="server", route_prefix="/")]
     for model in MODELS:
+        if not model.max_batch_size:  # an app of batched models: the unbatched one is rayton's
+            continue
         # a pipeline's classifier runs in the pipeline's own replica
         onnx_model = model.name if model.kind == "onnx" else model.classifier
         path = onnx_model and str((args.repository / onnx_model / "1" / "model.onnx").resolve())

@@ -62,3 +62,13 @@ def test_table_has_a_column_per_system_and_level():
 def test_levels_parse_with_optional_rows():
     assert parse_level("mlp:16") == ("mlp", 16, 1)
     assert parse_level("mlp:16:8") == ("mlp", 16, 8)
+
+
+def test_idle_shares_are_percent_of_a_core_per_process_most_first():
+    from benchmarks.idle_cost import idle_shares
+
+    before = {(1, "ray::ServeController"): 10.0, (2, "gcs_server"): 5.0}
+    after = {(1, "ray::ServeController"): 13.0, (2, "gcs_server"): 5.3, (3, "new"): 0.6}
+    shares = idle_shares(before, after, 30.0)
+    assert [command for _, command in shares] == ["ray::ServeController", "new", "gcs_server"]
+    assert [round(share, 6) for share, _ in shares] == [10.0, 2.0, 1.0]

@@ -23,3 +23,15 @@ def test_preprocess_function_is_the_model_files_preprocessing():
         "def preprocess(images)" in PREPROCESS_MODEL_PY
         and "def preprocess(images)" in PIPELINE_MODEL_PY
     )
+
+
+def test_the_trivial_model_is_unbatched_on_both_servers(tmp_path):
+    from benchmarks.models import write_repositories
+
+    rayton, reference = write_repositories(tmp_path)
+    for repository in (rayton, reference):
+        config = (repository / "trivial" / "config.pbtxt").read_text()
+        assert "max_batch_size: 0" in config and "dynamic_batching" not in config
+        assert 'backend: "python"' in config
+        assert "OUTPUT0" in (repository / "trivial" / "1" / "model.py").read_text()
+    assert "dynamic_batching" in (rayton / "mlp" / "config.pbtxt").read_text()
