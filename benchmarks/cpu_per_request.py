@@ -51,15 +51,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S  # utime + stime
 
 
-def session_cpu_by_role(session_id: int) -> dict[str, float]:
-    """CPU seconds used so far by the live processes of a session, summed per role."""
-    totals: dict[str, float] = defaultdict(float)
+def session_cpu_by_process(session_id: int) -> dict[tuple[int, str], float]:
+    """CPU seconds used so far by each live process of a session, by (pid, command line)."""
+    used: dict[tuple[int, str], float] = {}
     for pid in session_pids(session_id):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            totals[role_of(command)] += cpu_seconds(pid)
+            used[pid, command.strip()] = cpu_seconds(pid)
         except (OSError, ValueError):
             continue  # exited meanwhile
+    return used
+
+
+def session_cpu_by_role(session_id: int) -> dict[str, float]:
+    """CPU seconds used so far by the live processes of a session, summed per role."""
+    totals: dict[str, float] = defaultdict(float)
+    for (_, command), used in session_cpu_by_process(session_id).items():
+        totals[role_of(command)] += used
     return totals
 
 

@@ -16,22 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.cpu_per_request import cpu_seconds
+from benchmarks.cpu_per_request import session_cpu_by_process
 from benchmarks.models import write_repositories
 from benchmarks.run import start_system
-from tests.support.processes import session_pids
-
-
-def session_cpu_by_process(session_id: int) -> dict[tuple[int, str], float]:
-    """CPU seconds so far of each live process of a session, by (pid, command line)."""
-    used: dict[tuple[int, str], float] = {}
-    for pid in session_pids(session_id):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            used[pid, command.strip()[:80]] = cpu_seconds(pid)
-        except (OSError, ValueError):
-            continue  # exited meanwhile
-    return used
 
 
 def idle_shares(
@@ -68,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} at rest: {sum(share for share, _ in shares):.1f}% of a core")
             for share, command in shares:
                 if share >= 0.05:
-                    print(f"  {share:6.2f}%  {command}")
+                    print(f"  {share:6.2f}%  {command[:80]}")
     return 0
 
 

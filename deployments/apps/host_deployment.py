@@ -50,7 +50,6 @@ from deployments.grpc.model_infer import (
     infer_serialized,
     parse_infer_request,
 )
-from deployments.grpc.over_http import GRPC_INFER_PATH, answer_unary, is_grpc_call
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
@@ -155,8 +154,6 @@ class TritonModelHost(HttpIngress, ControlledReplica):
     # ------------------------------------------------------------------ HTTP
 
     async def handle_http(self, request: HttpRequest) -> HttpReply:
-        if request.path == GRPC_INFER_PATH and is_grpc_call(request):
-            return await answer_unary(request, self._infer_grpc_message)
         parts = request.path.split("/", 4)  # "", "v2", "models", name, rest
         endpoints = self._endpoints.get(parts[3]) if len(parts) > 3 else None
         if endpoints is None:
@@ -172,7 +169,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         without an application of its own (cluster/grpc_routing.py)."""
         return await answer_grpc(self._infer_grpc(request), grpc_context)
 
-    async def _infer_grpc_message(self, message: bytes) -> bytes:
+    async def infer_grpc_message(self, message: bytes) -> bytes:
         """A unary ``ModelInfer`` HAProxy sent here over HTTP/1.1 (grpc/over_http.py)."""
         return await self._infer_grpc(parse_infer_request(message), message)
 

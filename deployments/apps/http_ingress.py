@@ -24,13 +24,13 @@ from cluster.serve_internals import (
     ReplicaRequestAccounting,
     take_direct_ingress_http,
 )
-from deployments.grpc.over_http import GRPC_INFER_PATH
+from deployments.grpc.over_http import GRPC_INFER_PATH, answer_unary, is_grpc_infer
 from deployments.http.asgi_call import AsgiApp, asgi_call
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.responses import error_response
 from deployments.http.server import HttpServer
 from deployments.http.starlette_bridge import read_request, starlette_response
-from repo_adapter.errors import InferenceServerError
+from repo_adapter.errors import InferenceServerError, StatusCode
 
 SERVE_PATHS = "/-/"  # Serve's own routes on a replica's port: health check, routes
 
@@ -46,6 +46,12 @@ class HttpIngress:
 
     async def handle_http(self, request: HttpRequest) -> HttpReply:
         raise NotImplementedError
+
+    async def infer_grpc_message(self, message: bytes) -> bytes:
+        """A serialized ``ModelInferRequest`` HAProxy sent over HTTP/1.1
+        (grpc/over_http.py) -> the serialized ``ModelInferResponse``; deployments that serve
+        models answer it."""
+        raise InferenceServerError("ModelInfer is not served here", StatusCode.UNSUPPORTED)
 
     async def __call__(self, request: Request) -> Response:
         try:
@@ -69,8 +75,9 @@ def _server_for(seat: DirectIngressSeat) -> HttpServer | None:
 
 
 class ReplicaHttpHandler:
-    """One request on a replica's port: Serve's paths to Serve, the rest to the deployment,
-    with Serve's records kept around it."""
+    """One request on a replica's port: Serve's paths to Serve, the rest to the deployment
+    (a unary gRPC ``ModelInfer`` to its :meth:`HttpIngress.infer_grpc_message`), with Serve's
+    records kept around it."""
 
     def __init__(
         self, ingress: HttpIngress, serve_app: AsgiApp, accounting: ReplicaRequestAccounting
@@ -87,7 +94,10 @@ class ReplicaHttpHandler:
         started = time.perf_counter()
         status = 500
         try:
-            reply = await self._ingress.handle_http(request)
+            if is_grpc_infer(request):
+                reply = await answer_unary(request, self._ingress.infer_grpc_message)
+            else:
+                reply = await self._ingress.handle_http(request)
             status = reply.status
             return reply
         finally:

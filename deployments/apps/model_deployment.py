@@ -42,7 +42,6 @@ from deployments.grpc.model_infer import (
     infer_serialized,
     parse_infer_request,
 )
-from deployments.grpc.over_http import GRPC_INFER_PATH, answer_unary, is_grpc_call
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.messages import HttpReply, HttpRequest
@@ -93,11 +92,9 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
     # ------------------------------------------------------------------ HTTP and gRPC
 
     async def handle_http(self, request: HttpRequest) -> HttpReply:
-        if request.path == GRPC_INFER_PATH and is_grpc_call(request):
-            return await answer_unary(request, self._infer_grpc_message)
         return await self._http.handle(request)
 
-    async def _infer_grpc_message(self, message: bytes) -> bytes:
+    async def infer_grpc_message(self, message: bytes) -> bytes:
         """A unary ``ModelInfer`` HAProxy sent here over HTTP/1.1 (grpc/over_http.py)."""
         return await self._routed.infer(self.slot.infer, parse_infer_request(message))
 

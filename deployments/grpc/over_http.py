@@ -36,6 +36,11 @@ def is_grpc_call(request: HttpRequest) -> bool:
     return request.headers.get("content-type", "").startswith(GRPC_CONTENT_TYPE)
 
 
+def is_grpc_infer(request: HttpRequest) -> bool:
+    """Whether ``request`` is a unary ``ModelInfer`` call."""
+    return request.path == GRPC_INFER_PATH and is_grpc_call(request)
+
+
 def unframe(body: bytes, encoding: str | None) -> bytes:
     """The one message of a unary call's body (decompressed per ``grpc-encoding``)."""
     if len(body) < _PREFIX.size:

@@ -69,13 +69,14 @@ def render_head(reply: HttpReply, body_length: int, keep_alive: bool) -> bytes:
     return b"".join(parts)
 
 
-def render_chunked(body: bytes | bytearray | memoryview, trailers: Mapping[str, str]) -> bytes:
-    """``body`` as one chunk (none when empty), the last chunk, then ``trailers``."""
-    parts = [b"%x\r\n" % len(body), bytes(body), b"\r\n"] if body else []
-    parts.append(b"0\r\n")
-    parts.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in trailers.items())
-    parts.append(b"\r\n")
-    return b"".join(parts)
+def chunk_framing(body_length: int, trailers: Mapping[str, str]) -> tuple[bytes, bytes]:
+    """What goes before and after a body sent as one chunk (none when empty): its size line,
+    then the last chunk and ``trailers``."""
+    before = b"%x\r\n" % body_length if body_length else b""
+    after = [b"\r\n0\r\n" if body_length else b"0\r\n"]
+    after.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in trailers.items())
+    after.append(b"\r\n")
+    return before, b"".join(after)
 
 
 class HttpServer:
@@ -320,12 +321,14 @@ class _Connection(asyncio.Protocol):
             return False
         body = reply.body if method != "HEAD" else b""
         head = render_head(reply, len(reply.body), keep_alive)
+        tail = b""
         if reply.trailers is not None:
-            transport.write(head + render_chunked(body, reply.trailers))
-        elif len(body) <= _JOIN_LIMIT:
-            transport.write(head + bytes(body) if body else head)
+            size_line, tail = chunk_framing(len(body), reply.trailers)
+            head += size_line
+        if len(body) <= _JOIN_LIMIT:
+            transport.write(b"".join((head, body, tail)))
         else:
-            transport.writelines((head, body))
+            transport.writelines((head, body, tail))
         if not keep_alive:
             self.closing = True
             self.queue.clear()

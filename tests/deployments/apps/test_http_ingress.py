@@ -69,3 +69,21 @@ async def test_serve_s_proxy_path_reaches_handle_http_within_the_body_limit():
     assert (response.status_code, response.body, response.headers["x-path"]) == (201, b"abcd", "/p")
     refused = await ingress(starlette_request(b"abcde"))
     assert refused.status_code == 400 and b"exceeds the maximum input size" in refused.body
+
+
+async def test_a_unary_grpc_model_infer_goes_to_infer_grpc_message_framed_and_counted():
+    from deployments.grpc.over_http import GRPC_INFER_PATH, frame
+
+    class Model(Echo):
+        async def infer_grpc_message(self, message: bytes) -> bytes:
+            return message.upper()
+
+    accounting = Accounting()
+    headers = {"content-type": "application/grpc"}
+    call = HttpRequest("POST", GRPC_INFER_PATH, headers, frame(b"abc"))
+    reply = await ReplicaHttpHandler(Model(), serve_app, accounting).handle(call)
+    assert (reply.body, reply.trailers) == (frame(b"ABC"), {"grpc-status": "0"})
+    assert accounting.events == ["start", ("finish", "POST", 200)]
+    # a deployment that serves no model answers the call with gRPC's UNIMPLEMENTED
+    refused = await ReplicaHttpHandler(Echo(), serve_app, Accounting()).handle(call)
+    assert refused.headers["grpc-status"] == "12"
