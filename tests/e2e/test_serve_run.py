@@ -59,7 +59,9 @@ def test_serve_run_committed_config(tmp_path, example_repository, ingress_env):
     )
     url = f"127.0.0.1:{port}"
     try:
-        assert wait_until(lambda: server_ready(url), 240), "serve run never became ready"
+        # Seventeen applications built and started on 2 cores: ~110 s alone, over 240 s once
+        # under the full suite's load (a fresh clone's .ci/run, 2026-12-03).
+        assert wait_until(lambda: server_ready(url), 420), "serve run never became ready"
         with httpclient.InferenceServerClient(url) as client:
             inputs = [
                 httpclient.InferInput("INPUT0", [4], "FP32"),
