@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
@@ -76,6 +77,17 @@ class Execution(Sequence["InferResponse | InferenceServerError"]):
 
     def __len__(self) -> int:
         return len(self.results)
+
+
+class BatchChain(Protocol):
+    """The batcher's side of an instance's batches, for instances that run batches one after
+    another on a thread of their own; both methods are thread-safe."""
+
+    def next_batch(self) -> Sequence[InferRequest]:
+        """The batch to run now, formed by the batcher's rule; empty when none is due."""
+
+    def finished(self, requests: Sequence[InferRequest], outcome: Execution | Exception) -> None:
+        """Hand back one executed batch: its results, or what it raised."""
 
 
 class Backend(abc.ABC):

@@ -8,9 +8,11 @@ and converted back.
 
 Threading: a synchronous ``execute`` runs on one dedicated worker thread per instance, so the
 replica's event loop never blocks and a model always sees the same thread (``initialize`` and
-``finalize`` run there too). An ``async def execute`` is awaited on the event loop itself. BLS
-``exec()`` from the worker thread runs the request on that loop (see
-:mod:`repo_adapter.python_backend.runtime`). One batch runs per instance at a time.
+``finalize`` run there too); that thread takes the instance's next batch from the batcher
+itself (:meth:`PythonBackend.run_batches`), as a Triton stub runs execute after execute. An
+``async def execute`` is awaited on the event loop itself. BLS ``exec()`` from the worker
+thread runs the request on that loop (see :mod:`repo_adapter.python_backend.runtime`). One
+batch runs per instance at a time.
 
 Unsupported: decoupled models (``model_transaction_policy { decoupled: true }``) fail to load
 with UNSUPPORTED, since a backend returns exactly one response per request.
@@ -24,7 +26,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.backends.base import (
     Backend,
+    BatchChain,
     Execution,
     InstanceSpec,
     ModelVersion,
@@ -71,6 +74,48 @@ class _ContractError(Exception):
     """The execute return breaks Triton's rules; the message is reported without a type."""
 
 
+class _Outcomes:
+    """What one execution gave each of its requests so far; rescheduled requests stay
+    pending for the next ``execute`` call."""
+
+    def __init__(self, pb_requests: list[InferenceRequest]) -> None:
+        self.requests = pb_requests
+        self.values: list[Any] = [None] * len(pb_requests)
+        self.pending = list(range(len(pb_requests)))
+        self.infer_ns = 0
+
+    def batch(self) -> list[InferenceRequest]:
+        return [self.requests[i] for i in self.pending]
+
+    def fail(self, message: str) -> None:
+        for i in self.pending:
+            self.values[i] = InferenceServerError(message, StatusCode.INTERNAL)
+        self.pending = []
+
+    def settle(self, matched: list[Any]) -> None:
+        rescheduled = []
+        for i, outcome in zip(self.pending, matched, strict=True):
+            if outcome is _RESCHEDULE:
+                request_state(self.requests[i]).release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+                rescheduled.append(i)
+            else:
+                self.values[i] = outcome
+        self.pending = rescheduled
+
+    def of(
+        self, requests: Sequence[InferRequest]
+    ) -> Iterator[tuple[InferenceRequest, InferRequest, Any]]:
+        return zip(self.requests, requests, self.values, strict=True)
+
+    def cancel(self) -> None:
+        """The caller gave up: is_cancelled() tells the model, and a response it has yet to
+        send is no longer waited for."""
+        for pb_request in self.requests:
+            state = request_state(pb_request)
+            state.cancelled = True
+            state.response.cancel()
+
+
 class PythonBackend(Backend):
     """A Triton Python model instance (``backend: "python"``)."""
 
@@ -91,6 +136,7 @@ class PythonBackend(Backend):
         self._async_execute = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._running: _Outcomes | None = None  # the requests the worker is executing
         self._output_datatypes = {
             o.name: config_to_protocol(o.data_type) for o in self.config.output
         }
@@ -253,80 +299,143 @@ class PythonBackend(Backend):
         only its request, with the error's code. Rescheduled requests
         (``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``) run again in a following call.
         """
+        loop = self._bind(asyncio.get_running_loop())
+        if not self._async_execute:
+            return await self._on_worker(loop, self._execute_on_worker, list(requests), loop)
+        start = time.monotonic_ns()
+        pb_requests = [from_infer_request(r, self._default_outputs) for r in requests]
+        outcomes = _Outcomes(pb_requests)
+        infer_start = time.monotonic_ns()
+        try:
+            while outcomes.pending:
+                batch = outcomes.batch()
+                called = time.monotonic_ns()
+                try:
+                    async with self._execute_lock(loop):
+                        with self._call("execute", loop):
+                            returned = await self._model.execute(batch)
+                except Exception as err:
+                    outcomes.infer_ns += time.monotonic_ns() - called
+                    outcomes.fail(self._batch_error_message(err))
+                    break
+                outcomes.infer_ns += time.monotonic_ns() - called
+                self._settle(outcomes, batch, returned)
+            results = [
+                await self._result(pb_request, request, outcome)
+                for pb_request, request, outcome in outcomes.of(requests)
+            ]
+        except asyncio.CancelledError:
+            # The caller gave up: let is_cancelled() tell a still-running execute.
+            outcomes.cancel()
+            raise
+        return Execution(results, ComputeTimes(infer_start - start, outcomes.infer_ns, 0))
+
+    async def run_batches(self, requests: list[InferRequest], chain: BatchChain) -> None:
+        """Run ``requests`` and then ``chain``'s following batches, each reported to it.
+
+        A synchronous ``execute`` runs them all on the instance's thread, which takes the next
+        batch from the chain itself the moment it is free (as a Triton stub runs execute after
+        execute), so the event loop never sits between two executions. An ``async def
+        execute`` runs on the loop, one batch per call.
+        """
+        try:
+            loop = self._bind(asyncio.get_running_loop())
+        except InferenceServerError as err:
+            chain.finished(requests, err)
+            return
+        if not self._async_execute:
+            await self._on_worker(loop, self._run_chain_on_worker, requests, chain, loop)
+            return
+        try:
+            outcome: Execution | Exception = await self.execute(requests)
+        except Exception as err:  # the batcher fails the batch with it
+            outcome = err
+        chain.finished(requests, outcome)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
         if self._model is None:
             raise InferenceServerError(
                 f"Python model '{self.model.name}' instance '{self.instance.name}' is not loaded",
                 StatusCode.UNAVAILABLE,
             )
-        loop = asyncio.get_running_loop()
         self._loop = loop
         runtime.bind_event_loop(loop)
-        start = time.monotonic_ns()
-        pb_requests = [from_infer_request(r, self._default_outputs) for r in requests]
-        infer_ns = 0
-        outcomes: list[Any] = [None] * len(pb_requests)
+        return loop
+
+    async def _on_worker(self, loop: asyncio.AbstractEventLoop, work: Any, *args: Any) -> Any:
         try:
-            pending = list(range(len(pb_requests)))
-            infer_start = time.monotonic_ns()
-            while pending:
-                batch = [pb_requests[i] for i in pending]
-                called = time.monotonic_ns()
-                try:
-                    try:
-                        returned = await self._call_execute(batch, loop)
-                    finally:  # a raising execute() ran too
-                        infer_ns += time.monotonic_ns() - called
-                    matched = self._match_responses(batch, returned)
-                except Exception as err:
-                    message = self._batch_error_message(err)
-                    for i in pending:
-                        outcomes[i] = InferenceServerError(message, StatusCode.INTERNAL)
-                    break
-                rescheduled = []
-                for i, outcome in zip(pending, matched, strict=True):
-                    if outcome is _RESCHEDULE:
-                        request_state(
-                            pb_requests[i]
-                        ).release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
-                        rescheduled.append(i)
-                    else:
-                        outcomes[i] = outcome
-                pending = rescheduled
-            results = [
-                await self._result(pb_requests[i], request, outcomes[i])
-                for i, request in enumerate(requests)
-            ]
-            return Execution(results, ComputeTimes(infer_start - start, infer_ns, 0))
+            return await loop.run_in_executor(self._executor, work, *args)
         except asyncio.CancelledError:
-            # The caller gave up: let is_cancelled() tell a still-running execute.
-            for pb_request in pb_requests:
-                request_state(pb_request).cancelled = True
+            # The caller gave up: let is_cancelled() tell the execute still running there.
+            running = self._running
+            if running is not None:
+                running.cancel()
             raise
 
-    def _execute_lock(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
-        if self._lock is None or self._lock[0] is not loop:
-            self._lock = (loop, asyncio.Lock())
-        return self._lock[1]
-
-    async def _call_execute(
-        self, batch: list[InferenceRequest], loop: asyncio.AbstractEventLoop
-    ) -> Any:
-        async with self._execute_lock(loop):
-            if self._async_execute:
-                with self._call("execute", loop):
-                    return await self._model.execute(list(batch))
-            return await loop.run_in_executor(self._executor, self._execute_on_worker, batch, loop)
+    def _run_chain_on_worker(
+        self, requests: list[InferRequest], chain: BatchChain, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        while requests:
+            try:
+                outcome: Execution | Exception = self._execute_on_worker(requests, loop)
+            except Exception as err:  # the batcher fails the batch with it
+                outcome = err
+            following = list(chain.next_batch())
+            chain.finished(requests, outcome)
+            requests = following
 
     def _execute_on_worker(
+        self, requests: list[InferRequest], loop: asyncio.AbstractEventLoop
+    ) -> Execution:
+        """:meth:`execute` for a synchronous model, on the instance's thread."""
+        start = time.monotonic_ns()
+        pb_requests = [from_infer_request(r, self._default_outputs) for r in requests]
+        outcomes = self._running = _Outcomes(pb_requests)
+        infer_start = time.monotonic_ns()
+        try:
+            while outcomes.pending:
+                batch = outcomes.batch()
+                called = time.monotonic_ns()
+                try:
+                    returned = self._call_model_execute(batch, loop)
+                except Exception as err:
+                    outcomes.infer_ns += time.monotonic_ns() - called
+                    outcomes.fail(self._batch_error_message(err))
+                    break
+                outcomes.infer_ns += time.monotonic_ns() - called
+                self._settle(outcomes, batch, returned)
+            results = [
+                self._result_on_worker(pb_request, request, outcome)
+                for pb_request, request, outcome in outcomes.of(requests)
+            ]
+        finally:
+            self._running = None
+        return Execution(results, ComputeTimes(infer_start - start, outcomes.infer_ns, 0))
+
+    def _call_model_execute(
         self, batch: list[InferenceRequest], loop: asyncio.AbstractEventLoop
     ) -> Any:
         with self._call("execute", loop):
-            result = self._model.execute(list(batch))
+            result = self._model.execute(batch)
             if inspect.isawaitable(result):
                 # execute returned an awaitable without being "async def" (a decorated
                 # coroutine function): run it on the event loop, as async execute would.
                 return runtime.run_blocking(lambda: _await(result), "execute()")
             return result
+
+    def _settle(self, outcomes: _Outcomes, batch: list[InferenceRequest], returned: Any) -> None:
+        """Record what ``execute`` returned for ``batch``; a broken return fails it all."""
+        try:
+            matched = self._match_responses(batch, returned)
+        except Exception as err:
+            outcomes.fail(self._batch_error_message(err))
+            return
+        outcomes.settle(matched)
+
+    def _execute_lock(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
+        if self._lock is None or self._lock[0] is not loop:
+            self._lock = (loop, asyncio.Lock())
+        return self._lock[1]
 
     def _match_responses(self, batch: list[InferenceRequest], returned: Any) -> list[Any]:
         """Triton's checks of the execute return; responses go through the request's sender."""
@@ -368,23 +477,44 @@ class PythonBackend(Backend):
             matched.append(_PENDING)
         return matched
 
-    async def _result(
+    def _early_result(
         self, pb_request: InferenceRequest, request: InferRequest, outcome: Any
-    ) -> InferResponse | InferenceServerError:
+    ) -> InferResponse | InferenceServerError | None:
+        """The request's result when it needs no wait: its error or its converted response;
+        None while a model that kept the sender has yet to send it (from another thread,
+        after execute returned)."""
         if isinstance(outcome, InferenceServerError):
             return outcome
         state = request_state(pb_request)
-        if not state.response.done():
-            if not state.sender_requested or state.closed:
-                return InferenceServerError(
-                    f"Python model '{self.model.name}' returned no response for request "
-                    f"'{request.id}' and did not send one",
-                    StatusCode.INTERNAL,
-                )
-            # The model returned None and keeps the sender: its response may come from
-            # another thread after execute returned.
-            await asyncio.wrap_future(state.response)
-        return self._convert_response(pb_request, request, state.response.result())
+        if state.response.done():
+            return self._convert_response(pb_request, request, state.response.result())
+        if not state.sender_requested or state.closed:
+            return InferenceServerError(
+                f"Python model '{self.model.name}' returned no response for request "
+                f"'{request.id}' and did not send one",
+                StatusCode.INTERNAL,
+            )
+        return None
+
+    async def _result(
+        self, pb_request: InferenceRequest, request: InferRequest, outcome: Any
+    ) -> InferResponse | InferenceServerError:
+        early = self._early_result(pb_request, request, outcome)
+        if early is not None:
+            return early
+        response = await asyncio.wrap_future(request_state(pb_request).response)
+        return self._convert_response(pb_request, request, response)
+
+    def _result_on_worker(
+        self, pb_request: InferenceRequest, request: InferRequest, outcome: Any
+    ) -> InferResponse | InferenceServerError:
+        early = self._early_result(pb_request, request, outcome)
+        if early is not None:
+            return early
+        # The instance waits for the response, as it waits for execute (one batch at a time).
+        return self._convert_response(
+            pb_request, request, request_state(pb_request).response.result()
+        )
 
     def _convert_response(
         self, pb_request: InferenceRequest, request: InferRequest, response: InferenceResponse

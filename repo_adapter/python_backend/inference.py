@@ -184,7 +184,7 @@ class _RequestState:
             if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
                 self.closed = True
             self.sent += 1
-            if response is not None:
+            if response is not None and not self.response.cancelled():  # nobody waits any more
                 self.response.set_result(response)
 
 

@@ -16,8 +16,10 @@ batch where it runs:
   inline batch would stop admission while it runs); a full batch was not limited by
   admission and stays inline.
 
-Instances that execute asynchronously themselves (the python backend: :class:`AsyncInstance`)
-run on the loop, one batch per call. Ray-free.
+Instances that keep their own threading (the python backend: :class:`ChainedInstance`) run
+a batch and its followers themselves: a synchronous python model stays on the thread its
+``initialize`` ran on, taking the next batch from the chain there. Plain execute functions
+(:class:`AsyncInstance`) run on the loop, one batch per call. Ray-free.
 """
 
 from __future__ import annotations
@@ -29,21 +31,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from repo_adapter.backends.base import Execution, PreparedBatch, request_rows
+from repo_adapter.backends.base import BatchChain, Execution, PreparedBatch, request_rows
 from repo_adapter.inference_types import InferRequest
 
 # Executions averaging under this run inline (seconds).
 INLINE_MAX_EXECUTION_S = 0.01
-
-
-class BatchChain(Protocol):
-    """The batcher's side of an instance's batches; both methods are thread-safe."""
-
-    def next_batch(self) -> Sequence[InferRequest]:
-        """The batch to run now, formed by the batcher's rule; empty when none is due."""
-
-    def finished(self, requests: Sequence[InferRequest], outcome: Execution | Exception) -> None:
-        """Hand back one executed batch: its results, or what it raised."""
 
 
 @runtime_checkable
@@ -65,13 +57,21 @@ class ThreadedInstance(Protocol):
         """Run the model on a prepared batch and split its outputs per request."""
 
 
+@runtime_checkable
+class ChainedInstance(Protocol):
+    """A backend instance that decides where its batches run: it reports ``requests`` to
+    ``chain`` and goes on with the chain's next batches while it has them."""
+
+    async def run_batches(self, requests: list[InferRequest], chain: BatchChain) -> None: ...
+
+
 class AsyncInstance(Protocol):
     """A backend instance that runs a batch on the event loop itself."""
 
     async def execute(self, requests: Sequence[InferRequest]) -> Execution: ...
 
 
-ModelInstance = ThreadedInstance | AsyncInstance
+ModelInstance = ThreadedInstance | ChainedInstance | AsyncInstance
 # Runs a batch of requests and reports it (and, on a thread, its followers) to the chain.
 RunBatch = Callable[[list[InferRequest], BatchChain], Awaitable[None]]
 
@@ -86,6 +86,8 @@ class InstanceScheduler:
         """How ``instance`` runs a batch taken from ``chain`` (decided once per instance)."""
         if isinstance(instance, ThreadedInstance):
             return functools.partial(self.run_threaded, instance)
+        if isinstance(instance, ChainedInstance):
+            return instance.run_batches
         return functools.partial(_run_async, instance)
 
     async def run_threaded(

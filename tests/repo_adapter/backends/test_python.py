@@ -658,3 +658,93 @@ output [ { name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] } ]
         await task
 
     assert await asyncio.get_running_loop().run_in_executor(None, module.observed.wait, 5)
+
+
+class _ListChain:
+    """The batcher's side of run_batches: hands out queued batches, records what came back."""
+
+    def __init__(self, *queued: list[InferRequest]) -> None:
+        self.queued = list(queued)
+        self.finished_with: list[tuple[list[InferRequest], object, int]] = []
+
+    def next_batch(self) -> list[InferRequest]:
+        return self.queued.pop(0) if self.queued else []
+
+    def finished(self, requests, outcome) -> None:
+        self.finished_with.append((list(requests), outcome, threading.get_ident()))
+
+
+THREAD_RECORDING = """
+import threading
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.threads = [threading.get_ident()]
+
+    def execute(self, requests):
+        self.threads.append(threading.get_ident())
+        out = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if data[0] < 0:
+                raise ValueError("negative")
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data)]))
+        return out
+"""
+THREAD_RECORDING_CONFIG = """
+backend: "python"
+input [ { name: "IN", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] } ]
+"""
+
+
+async def test_queued_batches_run_back_to_back_on_the_initialize_thread(load, tmp_path):
+    _write_model(tmp_path, "recording", THREAD_RECORDING, THREAD_RECORDING_CONFIG)
+    backend = load("recording", repo=tmp_path)
+    first = [request("recording", fp32("IN", [1.0]))]
+    second = [request("recording", fp32("IN", [2.0])), request("recording", fp32("IN", [3.0]))]
+    failing = [request("recording", fp32("IN", [-1.0]))]
+    chain = _ListChain(second, failing)
+
+    await backend.run_batches(first, chain)
+
+    threads = backend._model.threads
+    assert len(set(threads)) == 1 and len(threads) == 4  # initialize and three executes
+    assert [requests for requests, _, _ in chain.finished_with] == [first, second, failing]
+    assert all(thread == threads[0] for _, _, thread in chain.finished_with)
+    outputs = [[ok(r).outputs[0].data.tolist() for r in o] for _, o, _ in chain.finished_with[:2]]
+    assert outputs == [[[1.0]], [[2.0], [3.0]]]
+    (error,) = chain.finished_with[2][1]
+    assert isinstance(error, InferenceServerError) and error.code is StatusCode.INTERNAL
+    assert "negative" in error.message
+
+
+async def test_an_async_execute_runs_its_batch_on_the_loop_and_leaves_the_queue(load, tmp_path):
+    source = THREAD_RECORDING.replace("def execute", "async def execute")
+    _write_model(tmp_path, "recording_async", source, THREAD_RECORDING_CONFIG)
+    backend = load("recording_async", repo=tmp_path)
+    queued = [request("recording_async", fp32("IN", [2.0]))]
+    chain = _ListChain(queued)
+
+    await backend.run_batches([request("recording_async", fp32("IN", [1.0]))], chain)
+
+    assert backend._model.threads[1:] == [threading.get_ident()]
+    assert chain.queued == [queued]  # the batcher forms the next batch on the loop
+    ((_, outcome, thread),) = chain.finished_with
+    assert thread == threading.get_ident()
+    assert ok(outcome[0]).outputs[0].data.tolist() == [1.0]
+
+
+async def test_a_batch_for_an_unloaded_instance_is_reported_unavailable(load, tmp_path):
+    _write_model(tmp_path, "gone", THREAD_RECORDING, THREAD_RECORDING_CONFIG)
+    backend = load("gone", repo=tmp_path)
+    backend.unload()
+    chain = _ListChain()
+    requests = [request("gone", fp32("IN", [1.0]))]
+
+    await backend.run_batches(requests, chain)
+
+    ((reported, outcome, _),) = chain.finished_with
+    assert reported == requests
+    assert isinstance(outcome, InferenceServerError) and outcome.code is StatusCode.UNAVAILABLE

@@ -369,6 +369,43 @@ async def test_an_instance_thread_takes_the_next_batch_itself_by_the_same_rule()
     await run.close()
 
 
+class ChainedInstance:
+    """An instance that runs its batches itself (as the python backend does): on a thread of
+    its own, going on with the chain's next batches there."""
+
+    def __init__(self) -> None:
+        self.inner = ThreadedInstance()
+        self.calls = 0
+
+    async def run_batches(self, requests, chain) -> None:
+        self.calls += 1
+        await asyncio.get_running_loop().run_in_executor(None, self._run, requests, chain)
+
+    def _run(self, requests, chain) -> None:
+        while requests:
+            outcome = self.inner.run_prepared(requests, self.inner.prepare(requests))
+            following = list(chain.next_batch())
+            chain.finished(requests, outcome)
+            requests = following
+
+
+async def test_an_instance_that_runs_its_own_batches_gets_the_chain():
+    instance = ChainedInstance()
+    statistics = VersionStatistics("m", "1")
+    run = DynamicBatcher("m_1", policy(), [instance], statistics)
+    first = asyncio.ensure_future(run.submit(request(1), 1))
+    await wait_for(instance.inner.started)
+    rest = [asyncio.ensure_future(run.submit(request(r), r)) for r in (3, 4, 2)]
+    await asyncio.sleep(0.01)
+    instance.inner.gate.set()
+    responses = await asyncio.gather(first, *rest)
+    assert [rows for rows, _ in instance.inner.executions] == [[1], [3, 4], [2]]
+    assert instance.calls == 1
+    assert [r.outputs[0].data.shape[0] for r in responses] == [1, 3, 4, 2]
+    assert statistics.to_json()["execution_count"] == 3
+    await run.close()
+
+
 async def test_a_failing_batch_on_the_instance_thread_fails_only_its_own_requests():
     instance = ThreadedInstance()
     statistics = VersionStatistics("m", "1")
