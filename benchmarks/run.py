@@ -100,13 +100,22 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
     """Start one system and wait until it serves."""
     port = free_port()
     python = sys.executable
-    if name in ("rayton", "rayton-grpc", "rayton-dedicated"):
+    if name in ("rayton", "rayton-grpc", "rayton-dedicated", "rayton-2hosts"):
         grpc_port = free_port()
         # rayton-dedicated: HTTP with the model in an application of its own instead of the
-        # shared CPU-model host (the default).
+        # shared CPU-model host (the default); rayton-2hosts: two replicas of that host.
         hosting = "dedicated" if name == "rayton-dedicated" else "shared"
+        replicas = "2" if name == "rayton-2hosts" else "1"
         server = ServerProcess(
-            rayton_serve_command(repos["rayton"], port, grpc_port, "--cpu-models", hosting),
+            rayton_serve_command(
+                repos["rayton"],
+                port,
+                grpc_port,
+                "--cpu-models",
+                hosting,
+                "--host-replicas",
+                replicas,
+            ),
             logs / f"{name}.log",
         )
         server.wait_http(f"http://127.0.0.1:{port}/v2/health/ready")

@@ -117,13 +117,16 @@ def hosted_model_entry(model: RepositoryModel, generation: str) -> dict[str, Any
 
 
 def host_application(
-    hosted: dict[str, dict[str, Any]], max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+    hosted: dict[str, dict[str, Any]],
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+    replicas: int = 1,
 ) -> Application:
-    """The shared host serving ``hosted`` (``hosted_model_entry`` by model name)."""
+    """The shared host serving ``hosted`` (``hosted_model_entry`` by model name) on
+    ``replicas`` replicas."""
     deployment = TritonModelHost.options(
         name=HOST_DEPLOYMENT_NAME,
         user_config={"models": hosted},
-        num_replicas=1,
+        num_replicas=replicas,
         max_ongoing_requests=HOST_MAX_ONGOING_REQUESTS,
         graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_TIMEOUT_S,
         max_surge_percent=SURGE_PERCENT,

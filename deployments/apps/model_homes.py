@@ -189,10 +189,17 @@ class RoutedGroups(OwnApplication):
 
 class SharedHost(ModelHome):
     """CPU models served together by the shared host application (its ``user_config`` holds
-    every hosted model; changing it reconfigures the running replicas in place)."""
+    every hosted model; changing it reconfigures the running replicas in place), each of its
+    ``replicas`` holding them all."""
 
-    def __init__(self, apps: ServeModelApps, max_input_size: int = DEFAULT_MAX_INPUT_SIZE):
+    def __init__(
+        self,
+        apps: ServeModelApps,
+        max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+        replicas: int = 1,
+    ):
         super().__init__(apps, max_input_size)
+        self.replicas = replicas
         self._entries: dict[str, dict[str, Any]] = {}  # the host's user_config, by model
         # One deploy of the host at a time, each built from the entries as they are then: two
         # concurrent deploys (an ensemble and its member unloading together) could reach Serve
@@ -207,7 +214,7 @@ class SharedHost(ModelHome):
 
     async def _deploy(self) -> None:
         async with self._deploys:
-            host = host_application(self._entries, self.max_input_size)
+            host = host_application(self._entries, self.max_input_size, self.replicas)
             await self.apps.deploy([DeployTarget(HOST_APP_NAME, host, HOST_ROUTE_PREFIX)])
 
     async def wait_loaded(self, name: str, generation: str | None, timeout_s: float) -> LoadOutcome:
@@ -240,11 +247,12 @@ class ModelHomes:
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
         share_cpu_models: bool = True,
         deploys: bool = True,
+        host_replicas: int = 1,
     ) -> None:
         """``deploys`` False: a Serve config deploys the models (every model is watched)."""
         self.own = OwnApplication(apps, max_input_size)
         self.routed = RoutedGroups(apps, max_input_size)
-        self.host = SharedHost(apps, max_input_size)
+        self.host = SharedHost(apps, max_input_size, host_replicas)
         self.watched = WatchedApplication(apps, max_input_size)
         self._share_cpu_models = share_cpu_models
         self._deploys = deploys

@@ -86,6 +86,7 @@ class RepositoryController:
             ServeModelApps(),
             spec.http_max_input_size,
             share_cpu_models=spec.cpu_models == "shared",
+            host_replicas=spec.host_replicas,
             deploys=spec.deploy_models,
         )
         self._changes = asyncio.Lock()  # one repository change at a time

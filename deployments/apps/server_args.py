@@ -71,6 +71,13 @@ class ServerAppArgs(BaseModel):
         "holds many models, as in Triton); dedicated: each model gets its own application and "
         "one replica per instance (per-model scaling, ~150 MB per replica)",
     )
+    host_replicas: Annotated[int, Flag(metavar="N")] = Field(
+        1,
+        ge=1,
+        description="replicas of the shared CPU-model host; each holds every hosted model "
+        "(N times the memory) and brings its own event loop, so N processes share a node's "
+        "cores and a request goes on to another replica while one restarts",
+    )
     # None refuses Triton's file: parameters (model code from the network).
     model_file_override_dir: Annotated[str | None, Flag(metavar="DIR")] = Field(
         None,

@@ -36,6 +36,7 @@ SERVE_FLAGS = ENDPOINT_FLAGS | {
     "--repository-poll-secs",
     "--model-load-timeout-secs",
     "--cpu-models",
+    "--host-replicas",
     "--model-file-override-dir",
     "--strict-readiness",
     "--log-file",
@@ -112,8 +113,11 @@ def test_flags_fill_the_fields_they_name_with_their_types():
         "counter_latencies=false",
         "--grpc-port",
         "0",
+        "--host-replicas",
+        "2",
     )
     assert settings.server.load_models == ["a", "b"]
+    assert settings.server.host_replicas == 2
     assert settings.server.log_verbose_level == 2
     assert settings.server.repository_poll_secs == 2.5
     assert settings.endpoints.metrics.metrics_config == ["counter_latencies=false"]
@@ -132,6 +136,10 @@ def test_a_refused_value_names_its_flag():
         serve_settings("--repository-poll-secs", "0")
     message = validation_message(refused.value, ServeSettings)
     assert message == "--repository-poll-secs: Input should be greater than 0"
+    with pytest.raises(ValidationError) as refused:
+        serve_settings("--host-replicas", "0")
+    message = validation_message(refused.value, ServeSettings)
+    assert message == "--host-replicas: Input should be greater than or equal to 1"
 
 
 class Inner(BaseModel):
