@@ -25,33 +25,20 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.crashing_models import (
+    CONFIG,
+    ECHO,
+    PROMPT_S,
+    RECOVERY_S,
+    infer,
+    replica_pids,
+    serves,
+    wait_until,
+)
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.cluster
 
-ECHO = """\
-import os
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            if np.any(data < 0):
-                os._exit(3)  # the whole replica process goes, mid-request
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data)]))
-        return responses
-"""
-CONFIG = """\
-backend: "python"
-max_batch_size: 4
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
-"""
 INIT_RAISES = """\
 class TritonPythonModel:
     def initialize(self, args):
@@ -60,8 +47,6 @@ class TritonPythonModel:
     def execute(self, requests):
         return []
 """
-PROMPT_S = 30.0  # a failed request ends within this (Serve's health checks find a dead actor)
-RECOVERY_S = 120.0  # a replaced replica serves within this on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -75,36 +60,6 @@ def server(serve_cluster, tmp_path_factory):
     serve_cluster.deploy_live(root, "none", grpc_port=grpc_port, cpu_models="dedicated")
     yield serve_cluster.http_url, f"127.0.0.1:{grpc_port}"
     serve_cluster.delete_all()
-
-
-def infer(url: str, model: str, value: float, timeout_s: float = 60.0) -> np.ndarray:
-    tensor = httpclient.InferInput("IN", [1, 2], "FP32")
-    tensor.set_data_from_numpy(np.full((1, 2), value, np.float32))
-    with httpclient.InferenceServerClient(url, network_timeout=timeout_s) as client:
-        return client.infer(model, [tensor]).as_numpy("OUT")
-
-
-def serves(url: str, model: str) -> bool:
-    try:
-        return infer(url, model, 1.0, timeout_s=10).tolist() == [[1.0, 1.0]]
-    except Exception:
-        return False
-
-
-def wait_until(predicate, timeout_s: float) -> float | None:
-    """Seconds until ``predicate()`` held, or None."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(0.5)
-    return None
-
-
-def replica_pids(url: str, model: str) -> list[int]:
-    with urllib.request.urlopen(f"http://{url}/v2/rayton/status", timeout=30) as response:
-        status = json.loads(response.read())
-    return [replica["pid"] for replica in status["models"][model]["replicas"]]
 
 
 def test_a_model_whose_initialize_raises_is_unavailable_with_the_reason(server):

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.test_faults import (
+from tests.support.crashing_models import (
     CONFIG,
     ECHO,
     PROMPT_S,
