@@ -13,11 +13,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -33,6 +31,7 @@ from tests.support.crashing_models import (
     infer,
     replica_pids,
     serves,
+    steady_load,
     wait_until,
 )
 from tests.support.ports import free_port
@@ -104,37 +103,22 @@ def test_a_model_that_kills_its_process_fails_that_request_and_comes_back(server
 def test_a_replica_killed_under_load_is_replaced(server):
     http_url, _ = server
     (pid,) = replica_pids(http_url, "steady")
-    stop = threading.Event()
-    outcomes: list[tuple[float, float, bool]] = []  # (start, seconds, ok)
-
-    def client() -> None:
-        while not stop.is_set():
-            begun = time.monotonic()
-            try:
-                ok = infer(http_url, "steady", 2.0, timeout_s=PROMPT_S).tolist() == [[2.0, 2.0]]
-            except Exception:
-                ok = False
-            outcomes.append((begun, time.monotonic() - begun, ok))
-
-    with ThreadPoolExecutor(4) as pool:
-        for _ in range(4):
-            pool.submit(client)
+    with steady_load(http_url, "steady") as outcomes:
         time.sleep(2.0)
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         recovered = wait_until(
-            lambda: any(ok and begun > killed for begun, _, ok in outcomes[-8:]), RECOVERY_S
+            lambda: any(o.ok and o.begun > killed for o in outcomes[-8:]), RECOVERY_S
         )
         time.sleep(2.0)
-        stop.set()
     assert recovered is not None, "no request succeeded after the kill"
     assert replica_pids(http_url, "steady") != [pid]
-    assert max(seconds for _, seconds, _ in outcomes) < PROMPT_S + 5  # nothing hung
-    before = [ok for begun, _, ok in outcomes if begun + 0.5 < killed]
+    assert max(o.seconds for o in outcomes) < PROMPT_S + 5  # nothing hung
+    before = [o.ok for o in outcomes if o.begun + 0.5 < killed]
     assert before and all(before)
-    failed = [o for o in outcomes if not o[2]]
+    failed = [o for o in outcomes if not o.ok]
     print(f"replica killed: {len(failed)} failed requests, served again after {recovered:.1f} s")
-    assert outcomes[-1][2]  # serving again at the end
+    assert outcomes[-1].ok  # serving again at the end
 
 
 def test_errors_after_the_faults_are_still_tritons(server):

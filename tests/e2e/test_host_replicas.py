@@ -5,9 +5,7 @@ replica down while the other goes on serving every hosted model.
 
 from __future__ import annotations
 
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from tritonclient.utils import InferenceServerException
@@ -20,6 +18,7 @@ from tests.support.crashing_models import (
     infer,
     replica_pids,
     serves,
+    steady_load,
     wait_until,
 )
 
@@ -51,33 +50,18 @@ def test_every_host_replica_holds_every_hosted_model(server):
 def test_a_crash_in_one_host_replica_leaves_the_other_serving(server):
     assert serves(server, "crashes") and serves(server, "steady")
     before = host_pids(server, "steady")
-    stop = threading.Event()
-    outcomes: list[tuple[float, float, bool]] = []  # (start, seconds, ok)
-
-    def client() -> None:
-        while not stop.is_set():
-            begun = time.monotonic()
-            try:
-                ok = infer(server, "steady", 2.0, timeout_s=PROMPT_S).tolist() == [[2.0, 2.0]]
-            except Exception:
-                ok = False
-            outcomes.append((begun, time.monotonic() - begun, ok))
-
-    with ThreadPoolExecutor(4) as pool:
-        for _ in range(4):
-            pool.submit(client)
+    with steady_load(server, "steady") as outcomes:
         time.sleep(2.0)
         crashed_at = time.monotonic()
         with pytest.raises(InferenceServerException):
             infer(server, "crashes", -1.0, timeout_s=PROMPT_S)
         time.sleep(3.0)
-        stop.set()
-    after = [(begun, seconds, ok) for begun, seconds, ok in outcomes if begun > crashed_at + 1.0]
-    failed = [o for o in outcomes if not o[2]]
+    after = [o for o in outcomes if o.begun > crashed_at + 1.0]
+    failed = [o for o in outcomes if not o.ok]
     # One replica went down: requests it was answering may fail, but from a second after the
     # crash on, the other replica answers every request of the steady model promptly.
-    assert after and all(ok for _, _, ok in after), failed
-    assert max(seconds for _, seconds, _ in after) < 2.0
+    assert after and all(o.ok for o in after), failed
+    assert max(o.seconds for o in after) < 2.0
     print(f"host replica crashed: {len(failed)} of {len(outcomes)} steady requests failed")
     back = wait_until(lambda: serves(server, "crashes"), RECOVERY_S)
     assert back is not None

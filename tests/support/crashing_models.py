@@ -3,9 +3,14 @@ the fault tests use against them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -65,3 +70,38 @@ def replica_pids(url: str, model: str) -> list[int]:
     with urllib.request.urlopen(f"http://{url}/v2/rayton/status", timeout=30) as response:
         status = json.loads(response.read())
     return [replica["pid"] for replica in status["models"][model]["replicas"]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One request of :func:`steady_load`: when it began, how long it took, whether it got
+    the model's answer."""
+
+    begun: float
+    seconds: float
+    ok: bool
+
+
+@contextlib.contextmanager
+def steady_load(url: str, model: str, clients: int = 4) -> Iterator[list[Outcome]]:
+    """``clients`` threads asking ``model`` (an :data:`ECHO` model) for 2.0 back-to-back
+    until the block ends; yields the list their outcomes are appended to."""
+    stop = threading.Event()
+    outcomes: list[Outcome] = []
+
+    def client() -> None:
+        while not stop.is_set():
+            begun = time.monotonic()
+            try:
+                ok = infer(url, model, 2.0, timeout_s=PROMPT_S).tolist() == [[2.0, 2.0]]
+            except Exception:
+                ok = False
+            outcomes.append(Outcome(begun, time.monotonic() - begun, ok))
+
+    with ThreadPoolExecutor(clients) as pool:
+        for _ in range(clients):
+            pool.submit(client)
+        try:
+            yield outcomes
+        finally:
+            stop.set()
