@@ -299,6 +299,11 @@ class PythonBackend(Backend):
         only its request, with the error's code. Rescheduled requests
         (``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``) run again in a following call.
         """
+        if self._model is None:
+            raise InferenceServerError(
+                f"Python model '{self.model.name}' instance '{self.instance.name}' is not loaded",
+                StatusCode.UNAVAILABLE,
+            )
         loop = self._bind(asyncio.get_running_loop())
         if not self._async_execute:
             return await self._on_worker(loop, self._execute_on_worker, list(requests), loop)
@@ -338,26 +343,18 @@ class PythonBackend(Backend):
         execute), so the event loop never sits between two executions. An ``async def
         execute`` runs on the loop, one batch per call.
         """
-        try:
-            loop = self._bind(asyncio.get_running_loop())
-        except InferenceServerError as err:
-            chain.finished(requests, err)
+        if self._async_execute or self._model is None:
+            try:  # an instance not loaded (any more) fails the batch here: UNAVAILABLE
+                outcome: Execution | Exception = await self.execute(requests)
+            except Exception as err:  # the batcher fails the batch with it
+                outcome = err
+            chain.finished(requests, outcome)
             return
-        if not self._async_execute:
-            await self._on_worker(loop, self._run_chain_on_worker, requests, chain, loop)
-            return
-        try:
-            outcome: Execution | Exception = await self.execute(requests)
-        except Exception as err:  # the batcher fails the batch with it
-            outcome = err
-        chain.finished(requests, outcome)
+        loop = self._bind(asyncio.get_running_loop())
+        await self._on_worker(loop, self._run_chain_on_worker, requests, chain, loop)
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
-        if self._model is None:
-            raise InferenceServerError(
-                f"Python model '{self.model.name}' instance '{self.instance.name}' is not loaded",
-                StatusCode.UNAVAILABLE,
-            )
+        """The loop BLS calls from this model run on (the replica's)."""
         self._loop = loop
         runtime.bind_event_loop(loop)
         return loop
