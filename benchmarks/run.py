@@ -100,12 +100,15 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
     """Start one system and wait until it serves."""
     port = free_port()
     python = sys.executable
-    if name in ("rayton", "rayton-grpc", "rayton-dedicated", "rayton-2hosts"):
+    if name in ("rayton", "rayton-grpc", "rayton-dedicated", "rayton-2hosts", "rayton-inreplica"):
         grpc_port = free_port()
         # rayton-dedicated: HTTP with the model in an application of its own instead of the
-        # shared CPU-model host (the default); rayton-2hosts: two replicas of that host.
+        # shared CPU-model host (the default); rayton-2hosts: two replicas of that host;
+        # rayton-inreplica: python instances on threads of the replica instead of in stub
+        # processes of their own (the default).
         hosting = "dedicated" if name == "rayton-dedicated" else "shared"
         replicas = "2" if name == "rayton-2hosts" else "1"
+        python_instances = "in-replica" if name == "rayton-inreplica" else "stub-process"
         server = ServerProcess(
             rayton_serve_command(
                 repos["rayton"],
@@ -115,6 +118,8 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
                 hosting,
                 "--host-replicas",
                 replicas,
+                "--python-instances",
+                python_instances,
             ),
             logs / f"{name}.log",
         )

@@ -36,7 +36,11 @@ from deployments.apps.metrics_deployment import (
 from deployments.apps.model_applications import SURGE_PERCENT, model_application
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
 from deployments.apps.repository_controller import RepositoryController
-from deployments.apps.server_args import ServerAppArgs
+from deployments.apps.server_args import (
+    DEFAULT_PYTHON_INSTANCES,
+    PythonInstances,
+    ServerAppArgs,
+)
 from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME, TritonServer
 from deployments.grpc.server import GrpcSpec
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
@@ -63,6 +67,7 @@ class ModelAppArgs(BaseModel):
     model: str
     # Triton's --http-max-input-size: the largest inference request body this model takes
     http_max_input_size: int = Field(DEFAULT_MAX_INPUT_SIZE, gt=0)
+    python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
 
 
 class GrpcAppArgs(BaseModel):
@@ -177,11 +182,13 @@ def plan_applications(
     metrics: MetricsAppArgs | None = None,
     http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     nodes: list[dict[str, float]] | None = None,
+    python_instances: str = DEFAULT_PYTHON_INSTANCES,
 ) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
     """A Serve config's applications: the front ones, then one per available model.
 
     ``nodes``: the resources of the nodes it will run on (None: the connected cluster's, if
-    any), for the models' placement and the GPUs their configs may name.
+    any), for the models' placement and the GPUs their configs may name;
+    ``python_instances``: where the python models' instances run (``--python-instances``).
     """
     if nodes is None:
         nodes = node_resources()
@@ -201,6 +208,8 @@ def plan_applications(
         args: dict[str, Any] = {"model_repository": str(repository), "model": name}
         if http_max_input_size != DEFAULT_MAX_INPUT_SIZE:  # the default stays implicit
             args["http_max_input_size"] = http_max_input_size
+        if python_instances != DEFAULT_PYTHON_INSTANCES:
+            args["python_instances"] = python_instances
         plans.append(
             AppPlan(
                 name=name,
@@ -222,7 +231,12 @@ def build_model_app(args: ModelAppArgs) -> Application:
     model = repository.plan_load(args.model).models[-1]
     if not model.available:
         raise InferenceServerError(f"model '{args.model}' is unavailable: {model.error}")
-    return model_application(model, repository.fingerprint(args.model), args.http_max_input_size)
+    return model_application(
+        model,
+        repository.fingerprint(args.model),
+        args.http_max_input_size,
+        python_stubs=args.python_instances == "stub-process",
+    )
 
 
 def build_server_app(args: ServerAppArgs) -> Application:

@@ -126,7 +126,12 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         def load_model() -> ServedModel:
             config = spec.config()
             instances = [
-                InstanceSpec(name=f"{spec.group_name}_{i}", kind="CPU", device_id=0)
+                InstanceSpec(
+                    name=f"{spec.group_name}_{i}",
+                    kind="CPU",
+                    device_id=0,
+                    own_process=spec.python_stubs,
+                )
                 for i in range(instance_count(config))
             ]
             return SingleModel(

@@ -42,9 +42,11 @@ def model_application(
     generation: str = "",
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     nodes: list[dict[str, float]] | None = None,
+    python_stubs: bool = False,
 ) -> Application:
     """The Serve application of one scanned, available model (single model or ensemble) on a
-    cluster of ``nodes`` (:func:`cluster.resources.node_resources`; None: ask Ray)."""
+    cluster of ``nodes`` (:func:`cluster.resources.node_resources`; None: ask Ray);
+    ``python_stubs``: a python model's instances run in stub processes of their own."""
     try:
         placement = placement_for(model.config, node_resources() if nodes is None else nodes)
     except ValueError as err:
@@ -60,7 +62,7 @@ def model_application(
         group.name: _versioned(
             TritonModel.options(
                 name=group.name,
-                user_config=_model_spec(model, group, generation).to_user_config(),
+                user_config=_model_spec(model, group, generation, python_stubs).to_user_config(),
                 **_options(group),
             )
         ).bind(model.name, max_input_size)
@@ -91,7 +93,9 @@ def _versioned(deployment: Any) -> Any:
     return set_code_version(deployment, MODEL_CODE_VERSION)
 
 
-def _model_spec(model: RepositoryModel, group: ReplicaGroup, generation: str) -> ModelSpec:
+def _model_spec(
+    model: RepositoryModel, group: ReplicaGroup, generation: str, python_stubs: bool
+) -> ModelSpec:
     return ModelSpec.from_repository_model(
         model,
         group.instance_kind,
@@ -99,21 +103,26 @@ def _model_spec(model: RepositoryModel, group: ReplicaGroup, generation: str) ->
         generation,
         pinned_gpu=group.pinned_gpu,
         gpu_memory_fraction=group.gpu_memory_fraction,
+        python_stubs=python_stubs,
     )
 
 
-def _spec(model: RepositoryModel, generation: str) -> ModelSpec | EnsembleSpec:
+def _spec(
+    model: RepositoryModel, generation: str, python_stubs: bool = False
+) -> ModelSpec | EnsembleSpec:
     if model.is_ensemble:
         return EnsembleSpec(
             model.name, model.config.SerializeToString(), model.versions, model.labels, generation
         )
     # Hosted models run on CPU in the host's process: their first group names the instances.
-    return _model_spec(model, placement_for(model.config).groups[0], generation)
+    return _model_spec(model, placement_for(model.config).groups[0], generation, python_stubs)
 
 
-def hosted_model_entry(model: RepositoryModel, generation: str) -> dict[str, Any]:
+def hosted_model_entry(
+    model: RepositoryModel, generation: str, python_stubs: bool = False
+) -> dict[str, Any]:
     """One model of the shared host's ``user_config``."""
-    return hosted_entry(_spec(model, generation))
+    return hosted_entry(_spec(model, generation, python_stubs))
 
 
 def host_application(

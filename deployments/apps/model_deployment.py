@@ -204,6 +204,7 @@ class ModelSpec:
     generation: str = ""  # the repository's fingerprint of what this spec loads
     pinned_gpu: int | None = None  # the GPU index of the node this replica must use
     gpu_memory_fraction: float = 0.0  # its share of the GPU's memory (0: no cap)
+    python_stubs: bool = False  # python instances run in stub processes of their own
 
     @classmethod
     def from_repository_model(
@@ -214,6 +215,7 @@ class ModelSpec:
         generation: str = "",
         pinned_gpu: int | None = None,
         gpu_memory_fraction: float = 0.0,
+        python_stubs: bool = False,
     ) -> ModelSpec:
         assert model.config is not None
         return cls(
@@ -227,6 +229,7 @@ class ModelSpec:
             generation=generation,
             pinned_gpu=pinned_gpu,
             gpu_memory_fraction=gpu_memory_fraction,
+            python_stubs=python_stubs,
         )
 
     def to_user_config(self) -> dict[str, Any]:
@@ -258,6 +261,7 @@ def _instance(spec: ModelSpec) -> InstanceSpec:
         kind=spec.instance_kind,
         device_id=0,
         gpu_memory_fraction=spec.gpu_memory_fraction,
+        own_process=spec.python_stubs,
     )
 
 

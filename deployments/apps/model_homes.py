@@ -60,9 +60,15 @@ class Placed:
 class ModelHome(ABC):
     """One kind of home; what the controller does with the models it holds."""
 
-    def __init__(self, apps: ServeModelApps, max_input_size: int = DEFAULT_MAX_INPUT_SIZE):
+    def __init__(
+        self,
+        apps: ServeModelApps,
+        max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
+        python_stubs: bool = False,
+    ):
         self.apps = apps
         self.max_input_size = max_input_size
+        self.python_stubs = python_stubs  # python instances in stub processes of their own
         self._held: dict[str, ModelPlacement] = {}  # model -> its placement when deployed
 
     def holds(self, name: str) -> bool:
@@ -106,7 +112,11 @@ class OwnApplication(ModelHome):
         for entry in placed:
             name = entry.model.name
             application = model_application(
-                entry.model, entry.generation, self.max_input_size, entry.nodes
+                entry.model,
+                entry.generation,
+                self.max_input_size,
+                entry.nodes,
+                python_stubs=self.python_stubs,
             )
             targets.append(DeployTarget(name, application, f"/v2/models/{name}"))
             self._held[name] = entry.placement
@@ -197,8 +207,9 @@ class SharedHost(ModelHome):
         apps: ServeModelApps,
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
         replicas: int = 1,
+        python_stubs: bool = False,
     ):
-        super().__init__(apps, max_input_size)
+        super().__init__(apps, max_input_size, python_stubs)
         self.replicas = replicas
         self._entries: dict[str, dict[str, Any]] = {}  # the host's user_config, by model
         # One deploy of the host at a time, each built from the entries as they are then: two
@@ -208,7 +219,9 @@ class SharedHost(ModelHome):
 
     async def deploy(self, placed: list[Placed]) -> None:
         for entry in placed:
-            self._entries[entry.model.name] = hosted_model_entry(entry.model, entry.generation)
+            self._entries[entry.model.name] = hosted_model_entry(
+                entry.model, entry.generation, self.python_stubs
+            )
             self._held[entry.model.name] = entry.placement
         await self._deploy()
 
@@ -248,12 +261,14 @@ class ModelHomes:
         share_cpu_models: bool = True,
         deploys: bool = True,
         host_replicas: int = 1,
+        python_stubs: bool = False,
     ) -> None:
-        """``deploys`` False: a Serve config deploys the models (every model is watched)."""
-        self.own = OwnApplication(apps, max_input_size)
-        self.routed = RoutedGroups(apps, max_input_size)
-        self.host = SharedHost(apps, max_input_size, host_replicas)
-        self.watched = WatchedApplication(apps, max_input_size)
+        """``deploys`` False: a Serve config deploys the models (every model is watched).
+        ``python_stubs``: python model instances run in stub processes of their own."""
+        self.own = OwnApplication(apps, max_input_size, python_stubs)
+        self.routed = RoutedGroups(apps, max_input_size, python_stubs)
+        self.host = SharedHost(apps, max_input_size, host_replicas, python_stubs)
+        self.watched = WatchedApplication(apps, max_input_size, python_stubs)
         self._share_cpu_models = share_cpu_models
         self._deploys = deploys
 

@@ -87,6 +87,7 @@ class RepositoryController:
             spec.http_max_input_size,
             share_cpu_models=spec.cpu_models == "shared",
             host_replicas=spec.host_replicas,
+            python_stubs=spec.python_instances == "stub-process",
             deploys=spec.deploy_models,
         )
         self._changes = asyncio.Lock()  # one repository change at a time

@@ -28,6 +28,20 @@ HttpMaxInputSize = Annotated[
 ]
 
 
+# Where python model instances run; `rayton build` and `rayton serve` both take it.
+PythonInstances = Annotated[
+    Literal["in-replica", "stub-process"],
+    Field(
+        description="stub-process: each python model instance runs in a process of its own, "
+        "as in Triton (a crashing model fails only its own requests and is started again); "
+        "in-replica: on a thread of its replica (no copies between processes, but a crashing "
+        "model takes the replica and its other models down)"
+    ),
+    Flag(),
+]
+DEFAULT_PYTHON_INSTANCES = "stub-process"
+
+
 class ServerAppArgs(BaseModel):
     """``args`` of the server application in ``serve_config.yaml`` (and of ``rayton serve``).
 
@@ -78,6 +92,7 @@ class ServerAppArgs(BaseModel):
         "(N times the memory) and brings its own event loop, so N processes share a node's "
         "cores and a request goes on to another replica while one restarts",
     )
+    python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
     # None refuses Triton's file: parameters (model code from the network).
     model_file_override_dir: Annotated[str | None, Flag(metavar="DIR")] = Field(
         None,

@@ -10,7 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deployments.apps.builders import plan_applications
 from deployments.apps.serve_config import serve_config, write_serve_config
-from deployments.apps.server_args import HttpMaxInputSize
+from deployments.apps.server_args import (
+    DEFAULT_PYTHON_INSTANCES,
+    HttpMaxInputSize,
+    PythonInstances,
+)
 from deployments.cli.flags import add_settings_command
 from deployments.cli.settings import Endpoints, selected_models
 from deployments.command_flag import Flag
@@ -27,6 +31,7 @@ class BuildSettings(BaseModel):
     output: Annotated[str, Flag(short="-o")] = "serve_config.yaml"
     endpoints: Endpoints = Field(default_factory=Endpoints)
     http_max_input_size: HttpMaxInputSize = DEFAULT_MAX_INPUT_SIZE
+    python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
     models: Annotated[list[str] | None, Flag("--load-model", metavar="NAME")] = Field(
         None, description="only these models (repeatable; '*' for all)"
     )
@@ -46,6 +51,7 @@ def run(settings: BuildSettings) -> int:
         **endpoints.grpc_endpoint(),
         metrics=endpoints.metrics_app_args(),
         http_max_input_size=settings.http_max_input_size,
+        python_instances=settings.python_instances,
     )
     config = serve_config(plans, http_host=endpoints.http_host, http_port=endpoints.http_port)
     header = (

@@ -83,7 +83,7 @@ class SingleModel:
         started = time.monotonic()
         try:
             for instance in instances:
-                backend = backend_class(model.config.backend)(model, instance)
+                backend = backend_class(model.config.backend).for_instance(model, instance)
                 backends.append(backend)
                 backend.load()
                 run_warmup(backend, model.config, model.model_dir)  # ready once warmed up

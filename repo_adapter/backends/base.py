@@ -32,12 +32,16 @@ class InstanceSpec:
 
     ``gpu_memory_fraction``: the share of the device's memory this instance may take (its
     runtime's memory cap; 0: no cap), so instances packed on one GPU cannot starve each other.
+    ``own_process``: run the instance in a process of its own (python models: a stub process,
+    as Triton runs them; framework backends run their native code in the replica and ignore
+    it).
     """
 
     name: str
     kind: str = "CPU"
     device_id: int = 0
     gpu_memory_fraction: float = 0.0
+    own_process: bool = False
 
     @classmethod
     def cpu(cls, model_name: str) -> InstanceSpec:
@@ -113,6 +117,12 @@ class Backend(abc.ABC):
         self.model = model
         self.config = model.config
         self.instance = instance
+
+    @classmethod
+    def for_instance(cls, model: ModelVersion, instance: InstanceSpec) -> Backend:
+        """The backend object that serves ``instance`` (a backend that runs instances in
+        several ways picks one here; by default this class)."""
+        return cls(model, instance)
 
     @classmethod
     def auto_complete_config(cls, config: mc.ModelConfig, model_dir: Path) -> None:

@@ -26,7 +26,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from repo_adapter.backends.base import (
     InstanceSpec,
     ModelVersion,
 )
+from repo_adapter.backends.python_stub import PythonStubBackend
 from repo_adapter.config import config_to_json_dict, config_to_json_text
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
@@ -141,6 +142,14 @@ class PythonBackend(Backend):
             o.name: config_to_protocol(o.data_type) for o in self.config.output
         }
         self._default_outputs = [o.name for o in self.config.output]
+
+    @classmethod
+    def for_instance(cls, model: ModelVersion, instance: InstanceSpec) -> Backend:
+        """An instance with ``own_process`` runs in a stub process
+        (:class:`repo_adapter.backends.python_stub.PythonStubBackend`); others in this one."""
+        if instance.own_process:
+            return PythonStubBackend(model, instance)
+        return cls(model, instance)
 
     @property
     def model_file(self) -> Path:
@@ -353,6 +362,29 @@ class PythonBackend(Backend):
         loop = self._bind(asyncio.get_running_loop())
         await self._on_worker(loop, self._run_chain_on_worker, requests, chain, loop)
 
+    @property
+    def runs_on_loop(self) -> bool:
+        """Whether the model's ``execute`` is ``async def`` (it runs on the event loop)."""
+        return self._async_execute
+
+    def run_on_instance_thread(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the instance's thread (where ``initialize`` ran); the instance's
+        batches and ``finalize`` wait until it returns."""
+        self._executor.submit(work)
+
+    def execute_here(
+        self, requests: list[InferRequest], loop: asyncio.AbstractEventLoop
+    ) -> Execution:
+        """Run one batch of a synchronous model on the calling thread, which must be the
+        instance's (:meth:`run_on_instance_thread`); ``loop`` runs the model's BLS calls."""
+        return self._execute_on_worker(requests, loop)
+
+    def cancel_running(self) -> None:
+        """The caller gave up on the running batch: ``is_cancelled()`` tells the model."""
+        running = self._running
+        if running is not None:
+            running.cancel()
+
     def _bind(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
         """The loop BLS calls from this model run on (the replica's)."""
         self._loop = loop
@@ -364,9 +396,7 @@ class PythonBackend(Backend):
             return await loop.run_in_executor(self._executor, work, *args)
         except asyncio.CancelledError:
             # The caller gave up: let is_cancelled() tell the execute still running there.
-            running = self._running
-            if running is not None:
-                running.cancel()
+            self.cancel_running()
             raise
 
     def _run_chain_on_worker(

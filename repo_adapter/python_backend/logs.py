@@ -5,7 +5,8 @@ from __future__ import annotations
 import enum
 import logging
 
-_LOGGER = logging.getLogger("rayton.python_model")
+MODEL_LOGGER_NAME = "rayton.python_model"
+_LOGGER = logging.getLogger(MODEL_LOGGER_NAME)
 
 
 class LogLevel(enum.IntEnum):

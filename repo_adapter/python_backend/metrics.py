@@ -12,7 +12,7 @@ import bisect
 import enum
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -67,6 +67,8 @@ class _Family:
 
 _LOCK = threading.Lock()
 _FAMILIES: dict[str, _Family] = {}
+# Families kept in other processes (python instances in stub processes), by owner.
+_SOURCES: dict[object, Callable[[], list[CustomFamily]]] = {}
 
 
 class Metric:
@@ -172,13 +174,36 @@ class MetricFamily:
         return Metric(self._family, series)
 
 
+def add_metrics_source(owner: object, source: Callable[[], list[CustomFamily]]) -> None:
+    """Include ``source``'s families (kept in another process) in :func:`collect_metrics`
+    until :func:`remove_metrics_source` of ``owner``."""
+    with _LOCK:
+        _SOURCES[owner] = source
+
+
+def remove_metrics_source(owner: object) -> None:
+    with _LOCK:
+        _SOURCES.pop(owner, None)
+
+
 def collect_metrics() -> list[CustomFamily]:
     """Snapshot of every family: name, description, kind and per-label-set samples.
 
     Histogram samples carry cumulative ``buckets`` (upper bound -> count), ``sum`` and
-    ``count``; counter and gauge samples carry ``value``.
+    ``count``; counter and gauge samples carry ``value``. Families of the sources added with
+    :func:`add_metrics_source` follow this process's own (a family may then appear more than
+    once: whoever exports merges them).
     """
-    snapshot = []
+    with _LOCK:
+        sources = list(_SOURCES.values())
+    snapshot = _local_families()
+    for source in sources:
+        snapshot.extend(source())
+    return snapshot
+
+
+def _local_families() -> list[CustomFamily]:
+    snapshot: list[CustomFamily] = []
     with _LOCK:
         for family in _FAMILIES.values():
             samples = []

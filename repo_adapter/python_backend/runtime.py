@@ -116,6 +116,11 @@ def current_call() -> ModelCall | None:
     return _current_call.get()
 
 
+def server_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop BLS calls run on from here: the current model call's, else the bound one."""
+    return _target_loop()
+
+
 def _target_loop() -> asyncio.AbstractEventLoop | None:
     call = _current_call.get()
     if call is not None and call.loop is not None:

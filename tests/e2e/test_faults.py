@@ -1,11 +1,13 @@
-"""Faults a live server survives: a model that kills its own process, a replica killed by pid
-under load, a model whose ``initialize`` raises. Each costs only the requests it must: the
-failing ones end promptly with an error (never a hang), the other models keep serving, and
-the model serves again once Serve has replaced its replica.
+"""Faults a live server survives when a replica process dies: a python model running in its
+replica's process (``--python-instances in-replica``) that kills that process, a replica
+killed by pid under load, and a model whose ``initialize`` raises. Each costs only the
+requests it must: the failing ones end promptly with an error (never a hang), the other
+models keep serving, and the model serves again once Serve has replaced its replica.
 
 Models get replicas of their own here (``cpu_models="dedicated"``): with the shared host
-(``rayton serve``'s default for CPU models) a process that dies takes every model it hosts
-with it, as a Triton process does.
+(``rayton serve``'s default for CPU models) a replica that dies takes every model it hosts
+with it, as a Triton process does. A python model in its stub process (the default):
+``test_python_stubs.py``.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ def server(serve_cluster, tmp_path_factory):
         (root / name / "config.pbtxt").write_text(CONFIG)
         (root / name / "1" / "model.py").write_text(code)
     grpc_port = free_port()
-    serve_cluster.deploy_live(root, "none", grpc_port=grpc_port, cpu_models="dedicated")
+    serve_cluster.deploy_live(
+        root, "none", grpc_port=grpc_port, cpu_models="dedicated", python_instances="in-replica"
+    )
     yield serve_cluster.http_url, f"127.0.0.1:{grpc_port}"
     serve_cluster.delete_all()
 

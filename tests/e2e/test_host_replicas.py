@@ -1,6 +1,7 @@
 """The shared CPU-model host on two replicas (``--host-replicas 2``): each replica holds every
-hosted model, requests spread over both, and a model that kills its process takes one
-replica down while the other goes on serving every hosted model.
+hosted model, requests spread over both, and a model that kills its replica's process (a
+python model run in the replica, ``--python-instances in-replica``) takes one replica down
+while the other goes on serving every hosted model.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ def server(serve_cluster, tmp_path_factory):
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(CONFIG)
         (root / name / "1" / "model.py").write_text(ECHO)
-    serve_cluster.deploy_live(root, "none", cpu_models="shared", host_replicas=2)
+    serve_cluster.deploy_live(
+        root, "none", cpu_models="shared", host_replicas=2, python_instances="in-replica"
+    )
     yield serve_cluster.http_url
     serve_cluster.delete_all()
 

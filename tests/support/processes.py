@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -45,6 +46,15 @@ def stat_fields(pid: int) -> list[str]:
 
 def session_pids(sid: int) -> list[int]:
     """Live pids of process session ``sid`` (read from /proc; zombies excluded)."""
+    return _live_pids(lambda fields: int(fields[3]) == sid)
+
+
+def child_pids(parent: int) -> list[int]:
+    """Live pids whose parent is ``parent``."""
+    return _live_pids(lambda fields: int(fields[1]) == parent)
+
+
+def _live_pids(selected: Callable[[list[str]], bool]) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -53,7 +63,7 @@ def session_pids(sid: int) -> list[int]:
             fields = stat_fields(int(entry.name))
         except OSError:
             continue
-        if int(fields[3]) == sid and fields[0] != "Z":
+        if selected(fields) and fields[0] != "Z":
             pids.append(int(entry.name))
     return pids
 

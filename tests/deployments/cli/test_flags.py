@@ -21,6 +21,7 @@ ENDPOINT_FLAGS = {
     "--grpc-port",
     "--grpc-host",
     "--http-max-input-size",
+    "--python-instances",
     "--metrics-port",
     "--metrics-address",
     "--allow-metrics",

@@ -26,9 +26,9 @@ import tritonclient.http as httpclient
 from deployments.apps.server_args import ServerAppArgs
 from deployments.cli import main
 from deployments.cli.serve import ServeSettings
-from tests.e2e.test_faults import CONFIG as CRASHES_CONFIG
-from tests.e2e.test_faults import ECHO as CRASHES
 from tests.e2e.test_serve_run import wait_until
+from tests.support.crashing_models import CONFIG as CRASHES_CONFIG
+from tests.support.crashing_models import KILLS_ITS_REPLICA as CRASHES
 from tests.support.ports import free_port
 from tests.support.processes import (
     rayton_serve_command,
@@ -202,14 +202,12 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         check_model_infer_skipped_the_frontend(lines)
         check_replicas_answer_http_with_rayton_s_server(url)
         check_listeners_are_loopback(server, lines, (port, grpc_port))
-        # Last: the crash takes the shared host down. HAProxy's answer is Triton's JSON too.
-        crash = urllib.request.Request(
-            f"http://{url}/v2/models/crashes/infer",
-            data=json.dumps(
-                {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [-1, 1]}]}
-            ).encode(),
-        )
-        assert crash_answer(crash) == (500, "no replica of the model answered")
+        # Last: crashes. A python model that ends its stub process fails its request with
+        # rayton's answer and serves again; one that takes the shared host down (as native
+        # code crashing the replica would) gets HAProxy's answer, Triton's JSON too.
+        assert crash_answer(crash_request(url, -1.0)) == (500, "Python model 'crashes' instance ")
+        assert wait_until(lambda: model_serves(url, "crashes"), 60), "its stub never came back"
+        assert crash_answer(crash_request(url, -2.0)) == (500, "no replica of the model answered")
         server.send_signal(stop_signal)
         server.wait(120)
         reader.join(10)
@@ -281,6 +279,23 @@ def test_serve_keeps_rays_token_auth_on_and_says_how_to_open_the_dashboard(
         for pid in session_pids(server.pid):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def crash_request(url: str, value: float) -> urllib.request.Request:
+    inputs = [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [value, 1]}]
+    return urllib.request.Request(
+        f"http://{url}/v2/models/crashes/infer", data=json.dumps({"inputs": inputs}).encode()
+    )
+
+
+def model_serves(url: str, model: str) -> bool:
+    try:
+        with httpclient.InferenceServerClient(url) as client:
+            tensor = httpclient.InferInput("IN", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
+            return client.infer(model, [tensor]).as_numpy("OUT").tolist() == [[1.0, 1.0]]
+    except Exception:
+        return False
 
 
 def crash_answer(request: urllib.request.Request) -> tuple[int, str]:
