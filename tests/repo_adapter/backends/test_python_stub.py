@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -361,3 +364,48 @@ async def test_unload_calls_finalize_and_ends_the_process(tmp_path, monkeypatch)
         await backend.execute([probe_request(1.0)])
     assert unloaded.value.code is StatusCode.UNAVAILABLE
     assert "is not loaded" in unloaded.value.message
+
+
+HOST_SCRIPT = """
+import sys, time
+from repo_adapter.backends.base import InstanceSpec
+from repo_adapter.backends.python import PythonBackend
+from repo_adapter.repository import scan_model
+
+model = scan_model(__import__("pathlib").Path(sys.argv[1])).model_version(1)
+backend = PythonBackend.for_instance(model, InstanceSpec("add_sub_0", own_process=True))
+backend.load()
+print(backend._stub.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_stub_never_outlives_its_host(tmp_path):
+    script = tmp_path / "host.py"
+    script.write_text(HOST_SCRIPT)
+    host = subprocess.Popen(
+        [sys.executable, str(script), str(MODELS / "add_sub")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        stub_pid = int(host.stdout.readline())
+        assert Path(f"/proc/{stub_pid}").exists()
+        host.send_signal(signal.SIGKILL)
+        host.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(stub_pid):
+            assert time.monotonic() < deadline, "the stub outlived its host"
+            time.sleep(0.05)
+    finally:
+        host.kill()
+        host.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
