@@ -305,10 +305,22 @@ class PythonStubBackend(Backend):
             # The process is gone: the control channel's reader fails its batches.
             loop.remove_reader(stub.batches_channel.fileno())
             return
+        if isinstance(message, BlsCall):  # a blocking exec() of the running batch
+            loop.create_task(self._answer_on_batch_channel(stub, message))
+            return
         try:
             self._batch_done(stub, message)
         except Exception:
             logger.exception("python model '%s': a finished batch failed", self.model.name)
+
+    async def _answer_on_batch_channel(self, stub: _StubProcess, call: BlsCall) -> None:
+        try:
+            answer = CallReply(call.call_id, value=await _host_call(call))
+        except Exception as err:  # the model sees the error
+            answer = CallReply(call.call_id, error=plain_error(err, StatusCode.INTERNAL))
+        with contextlib.suppress(ChannelClosedError):
+            # Not through the arena: the running batch's messages use it.
+            stub.batches_channel.send(answer, use_arena=False)
 
     def _read_control(self, stub: _StubProcess) -> None:
         """The thread reading a stub's other messages, until the process ends."""

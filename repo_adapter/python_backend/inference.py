@@ -351,7 +351,10 @@ class InferenceRequest:
             The response; failures are a response with ``has_error()``.
         """
         response = _check_bls_allowed()
-        if response is None:
+        blocking = runtime.get_thread_bls_dispatcher()
+        if response is None and blocking is not None:
+            response = self._dispatch_with(blocking)
+        elif response is None:
             try:
                 response = runtime.run_blocking(self._dispatch, "InferenceRequest.exec()")
             except runtime.LoopUnavailableError as err:
@@ -389,17 +392,28 @@ class InferenceRequest:
             return _error_response(err.message, from_status_code(err.code))
         try:
             result = await dispatcher(request)
-        except InferenceServerError as err:
-            return _error_response(err.message, from_status_code(err.code))
         except Exception as err:
-            return _error_response(f"{type(err).__name__}: {err}", TritonErrorCode.INTERNAL)
+            return _failed_dispatch(err)
         return from_infer_response(result)
+
+    def _dispatch_with(self, blocking: runtime.BlockingBlsDispatcher) -> InferenceResponse:
+        try:
+            return from_infer_response(blocking(to_infer_request(self)))
+        except Exception as err:
+            return _failed_dispatch(err)
 
     def __repr__(self) -> str:
         return (
             f"InferenceRequest(model_name={self._model_name!r}, "
             f"inputs={[t.name() for t in self._inputs]}, request_id={self._request_id!r})"
         )
+
+
+def _failed_dispatch(err: Exception) -> InferenceResponse:
+    """A BLS request's failure as the error response the model sees."""
+    if isinstance(err, InferenceServerError):
+        return _error_response(err.message, from_status_code(err.code))
+    return _error_response(f"{type(err).__name__}: {err}", TritonErrorCode.INTERNAL)
 
 
 def _check_bls_allowed() -> InferenceResponse | None:

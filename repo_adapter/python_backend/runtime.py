@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,9 @@ from typing import Any, Protocol
 from repo_adapter.inference_types import InferRequest, InferResponse
 
 BlsDispatcher = Callable[[InferRequest], Awaitable[InferResponse]]
+# Runs a BLS request on the calling thread and returns its response (raising as a
+# BlsDispatcher does).
+BlockingBlsDispatcher = Callable[[InferRequest], InferResponse]
 
 
 class ModelRepositoryHook(Protocol):
@@ -68,6 +72,7 @@ _current_call: contextvars.ContextVar[ModelCall | None] = contextvars.ContextVar
     "rayton_python_model_call", default=None
 )
 _state: dict[str, Any] = {"dispatcher": None, "repository_hook": None, "loop": None}
+_thread_state = threading.local()
 
 
 def set_bls_dispatcher(dispatcher: BlsDispatcher | None) -> None:
@@ -78,6 +83,18 @@ def set_bls_dispatcher(dispatcher: BlsDispatcher | None) -> None:
 def get_bls_dispatcher() -> BlsDispatcher | None:
     """The installed BLS dispatcher, or None."""
     return _state["dispatcher"]
+
+
+def set_thread_bls_dispatcher(dispatcher: BlockingBlsDispatcher | None) -> None:
+    """Install (or with None remove) a blocking BLS dispatcher for the calling thread: a
+    blocking ``exec()`` on this thread calls it directly instead of going through the loop
+    (a stub's instance thread sends its calls to its host itself)."""
+    _thread_state.dispatcher = dispatcher
+
+
+def get_thread_bls_dispatcher() -> BlockingBlsDispatcher | None:
+    """The calling thread's blocking BLS dispatcher, or None."""
+    return getattr(_thread_state, "dispatcher", None)
 
 
 def set_model_repository_hook(hook: ModelRepositoryHook | None) -> None:

@@ -94,14 +94,16 @@ class StubChannel:
         self._send_arena = send_arena
         self._receive_arena = receive_arena
 
-    def send(self, message: Any) -> None:
-        """Send one message.
+    def send(self, message: Any, use_arena: bool = True) -> None:
+        """Send one message; ``use_arena`` False keeps its buffers out of the arena (a
+        message outside the channel's strict alternation, such as a call made during one).
 
         Raises:
             ChannelClosedError: the other end is gone.
         """
         views: list[memoryview] = []
-        smallest = _OUT_OF_BAND_MIN_BYTES if self._send_arena is None else _ARENA_MIN_BYTES
+        arena = self._send_arena if use_arena else None
+        smallest = _OUT_OF_BAND_MIN_BYTES if arena is None else _ARENA_MIN_BYTES
 
         def out_of_band(buffer: pickle.PickleBuffer) -> bool:
             view = buffer.raw()
@@ -117,7 +119,7 @@ class StubChannel:
         payload = stream.getbuffer()
         try:
             with self._send_lock:
-                places = self._place(views)
+                places = _place(views, arena)
                 header = [_COUNT.pack(len(views)), _SIZE.pack(payload.nbytes)]
                 for view, place in zip(views, places, strict=True):
                     header += [_SIZE.pack(view.nbytes), _SIZE.pack(place)]
@@ -125,20 +127,6 @@ class StubChannel:
                 _send_all(self._sock, [b"".join(header), payload, *on_socket])
         except OSError as err:
             raise ChannelClosedError(str(err)) from None
-
-    def _place(self, views: list[memoryview]) -> list[int]:
-        """Where each buffer travels: its offset in the send arena (written now), or on the
-        socket when the arena has no room left."""
-        arena = self._send_arena
-        places, used = [], 0
-        for view in views:
-            if arena is None or used + view.nbytes > arena.size:
-                places.append(_ON_SOCKET)
-                continue
-            arena.memory[used : used + view.nbytes] = view
-            places.append(used)
-            used += view.nbytes
-        return places
 
     def receive(self) -> Any:
         """The next message (blocks).
@@ -197,6 +185,20 @@ def _wait(sock: socket.socket, readable: bool) -> None:
     poller = select.poll()
     poller.register(sock, select.POLLIN if readable else select.POLLOUT)
     poller.poll()
+
+
+def _place(views: list[memoryview], arena: Arena | None) -> list[int]:
+    """Where each buffer travels: its offset in ``arena`` (written now), or on the socket
+    (no arena, or no room left in it)."""
+    places, used = [], 0
+    for view in views:
+        if arena is None or used + view.nbytes > arena.size:
+            places.append(_ON_SOCKET)
+            continue
+        arena.memory[used : used + view.nbytes] = view
+        places.append(used)
+        used += view.nbytes
+    return places
 
 
 def _send_all(sock: socket.socket, parts: list[Any]) -> None:

@@ -99,6 +99,8 @@ class Stub:
         self._calls: dict[int, Future[Any]] = {}
         self._calls_lock = threading.Lock()
         self._next_call = 0
+        self._next_batch_call = 0  # BLS calls on the batch channel count down from -1
+        self._stopping = False  # the host asked to stop during a batch
         self.stopped = loop.create_future()
 
     # ------------------------------------------------------------------ control channel
@@ -154,10 +156,15 @@ class Stub:
     # ------------------------------------------------------------------ batch channel
 
     def _run_batches(self) -> None:
-        """On the instance's thread: each batch as it arrives, until the host stops us."""
+        """On the instance's thread: each batch as it arrives, until the host stops us.
+
+        A blocking ``exec()`` on this thread sends its request on the batch channel and
+        reads the reply itself (:meth:`_bls_on_batch_channel`): no other thread in between.
+        """
         backend = self._backend
         assert backend is not None
-        while True:
+        runtime.set_thread_bls_dispatcher(self._bls_on_batch_channel)
+        while not self._stopping:
             try:
                 message = self._batches.receive()
             except ChannelClosedError:
@@ -174,7 +181,32 @@ class Stub:
             except ChannelClosedError:
                 os._exit(0)
         # finalize() needs the instance's thread, which is ours until we return.
+        runtime.set_thread_bls_dispatcher(None)
         self._loop.call_soon_threadsafe(self._loop.create_task, self._stop())
+
+    def _bls_on_batch_channel(self, request: InferRequest) -> InferResponse:
+        """A BLS request from the running batch, answered by the host on the batch channel.
+
+        Raises:
+            InferenceServerError: the host's error for the request.
+        """
+        self._next_batch_call -= 1  # negative: apart from the control channel's call ids
+        call_id = self._next_batch_call
+        try:
+            # Not through the arena: the batch's own messages use it.
+            self._batches.send(BlsCall(call_id, request), use_arena=False)
+            while True:
+                message = self._batches.receive()
+                if isinstance(message, StopInstance):
+                    self._stopping = True  # after this batch
+                elif isinstance(message, CallReply) and message.call_id == call_id:
+                    break
+        except ChannelClosedError:
+            os._exit(0)
+        if message.error is not None:
+            raise message.error
+        assert isinstance(message.value, InferResponse)
+        return message.value
 
     def _run(
         self, backend: PythonBackend, requests: list[InferRequest]

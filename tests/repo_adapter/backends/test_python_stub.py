@@ -409,3 +409,58 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+BLS_FORWARD = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            call = pb_utils.InferenceRequest(
+                model_name="probe",
+                requested_output_names=["OUT"],
+                inputs=[pb_utils.Tensor("IN", data)],
+            )
+            result = call.exec()
+            if result.has_error():
+                raise pb_utils.TritonModelException(result.error().message())
+            out = pb_utils.get_output_tensor_by_name(result, "OUT").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out * 2)]))
+        return responses
+"""
+BLS_FORWARD_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+async def test_large_tensors_of_a_blocking_bls_call_cross_beside_the_batch(load, tmp_path):
+    repo = write_probe(tmp_path)
+    (repo / "forward" / "1").mkdir(parents=True)
+    (repo / "forward" / "config.pbtxt").write_text(BLS_FORWARD_CONFIG)
+    (repo / "forward" / "1" / "model.py").write_text(BLS_FORWARD)
+    probe = PythonBackend(model_version("probe", repo), InstanceSpec.cpu("probe"))
+    probe.load()
+    forward = load("forward", repo)
+
+    async def dispatcher(infer: InferRequest) -> InferResponse:
+        (result,) = await probe.execute([infer])
+        return result
+
+    set_bls_dispatcher(dispatcher)
+    images = [np.random.default_rng(i).random((1, 200_000), np.float32) for i in range(2)]
+    try:
+        results = await forward.execute(
+            [InferRequest("forward", [InferTensor("IN", "FP32", image)]) for image in images]
+        )
+    finally:
+        probe.unload()
+
+    for image, result in zip(images, results, strict=True):
+        np.testing.assert_array_equal(ok(result).output("OUT").data, image * 2)
