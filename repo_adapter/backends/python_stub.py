@@ -138,7 +138,8 @@ class PythonStubBackend(Backend):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ids = itertools.count(1)
         self._unloading = False
-        self._restarting = threading.Lock()
+        self._restarting = threading.Lock()  # held while a restart is under way
+        self._swap = threading.Lock()  # a restarted stub replaces the lost one, or unload ends it
         self._last_metrics: list[CustomFamily] = []
 
     # ------------------------------------------------------------------ load / unload
@@ -214,9 +215,10 @@ class PythonStubBackend(Backend):
 
     def unload(self) -> None:
         """Call the model's ``finalize()`` in its process and end the process."""
-        self._unloading = True
+        with self._swap:
+            self._unloading = True
+            stub, self._stub = self._stub, None
         remove_metrics_source(self)
-        stub, self._stub = self._stub, None
         if stub is None:
             return
         try:
@@ -237,8 +239,8 @@ class PythonStubBackend(Backend):
     async def run_batches(self, requests: list[InferRequest], chain: BatchChain) -> None:
         """Run ``requests`` and then ``chain``'s following batches in the stub process.
 
-        The thread reading the stub's answers hands the next batch over as soon as one is
-        done, so the event loop is not between two executions.
+        The stub's finished batches are read on this event loop, which hands the next batch
+        over before it reports the finished one, so the stub goes straight on.
         """
         self._loop = asyncio.get_running_loop()
         stub = self._stub
@@ -445,10 +447,13 @@ class PythonStubBackend(Backend):
                 except InferenceServerError as err:
                     logger.error("restarting Python model '%s' failed: %s", self.model.name, err)
                     continue
-                if self._unloading:
+                with self._swap:  # unload() takes the stub under the same lock
+                    unloading = self._unloading
+                    if not unloading:
+                        self._stub = stub
+                if unloading:
                     _end(stub)
                     return
-                self._stub = stub
                 logger.warning(
                     "Python model '%s' instance '%s' serves again (started in %.1f s)",
                     self.model.name,

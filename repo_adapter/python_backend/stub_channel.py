@@ -73,10 +73,15 @@ class Arena:
         return cls(fd)
 
     def close(self) -> None:
+        """Unmap the arena and close its descriptor (once: a descriptor number closed twice
+        may by then be another file's)."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
         with contextlib.suppress(BufferError):  # a view still alive: unmapped at exit
             self.memory.close()
         with contextlib.suppress(OSError):
-            os.close(self.fd)
+            os.close(fd)
 
 
 class StubChannel:

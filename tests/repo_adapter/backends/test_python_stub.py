@@ -464,3 +464,22 @@ async def test_large_tensors_of_a_blocking_bls_call_cross_beside_the_batch(load,
 
     for image, result in zip(images, results, strict=True):
         np.testing.assert_array_equal(ok(result).output("OUT").data, image * 2)
+
+
+async def test_unload_while_the_crashed_stub_restarts(tmp_path):
+    instance = InstanceSpec("probe_0", own_process=True)
+    backend = PythonBackend.for_instance(model_version("probe", write_probe(tmp_path)), instance)
+    backend.load()
+    assert isinstance(backend, PythonStubBackend) and backend._stub is not None
+    crashed = backend._stub.process
+
+    with pytest.raises(InferenceServerError):
+        await backend.execute([probe_request(-1.0)])
+    backend.unload()  # the restart may be under way
+
+    assert crashed.poll() == 3
+    deadline = time.monotonic() + RESTART_S
+    while backend._restarting.locked():  # a restart under way gives up, ending its stub
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    assert backend._stub is None
