@@ -41,10 +41,21 @@ TRACE_SETTING = "trace/setting"
 TraceSettingFn = Callable[[str, "JsonObject | None"], Awaitable[TraceSettingsDocument]]
 
 
+# What may follow /v2/models/<m>[/versions/<v>] ("": the model's metadata).
+MODEL_ACTIONS = frozenset(("", "infer", "ready", "config", "stats"))
+
+
+def has_empty_segment(path: str) -> bool:
+    """A trailing or doubled slash: Triton's routes match none of those paths."""
+    return path != "/" and (path.endswith("/") or "//" in path)
+
+
 def split_model_path(path: str, model: str) -> tuple[str, str] | None:
     """``/v2/models/m/versions/2/infer`` -> ``("2", "infer")``; None if not a model route."""
     prefix = f"/v2/models/{model}"
     if path != prefix and not path.startswith(prefix + "/"):
+        return None
+    if has_empty_segment(path):
         return None
     parts = [p for p in path[len(prefix) :].split("/") if p]
     version = ""
@@ -88,6 +99,8 @@ class ModelHttpEndpoints:
         if route is None:
             return json_response(NOT_FOUND, 404)
         version, action = route
+        if action not in MODEL_ACTIONS and action != TRACE_SETTING:
+            return json_response(NOT_FOUND, 404)  # no such route, whatever the method
         try:
             if action == "infer":
                 if request.method != "POST":

@@ -13,6 +13,7 @@ import binascii
 
 from deployments.core.server_core import ServerCore
 from deployments.http.messages import HttpReply, HttpRequest
+from deployments.http.model_routes import MODEL_ACTIONS, has_empty_segment
 from deployments.http.request_decoding import parse_json_object
 from deployments.http.responses import (
     METHOD_NOT_ALLOWED,
@@ -37,7 +38,9 @@ class ServerHttpEndpoints:
         self.core = core
 
     async def handle(self, request: HttpRequest) -> HttpReply:
-        path = request.path.rstrip("/") or "/"
+        path = request.path
+        if has_empty_segment(path):  # "/v2/", "/v2/models/m/": no route of Triton's
+            return json_response(NOT_FOUND, 404)
         method = request.method
         core = self.core
         try:
@@ -112,6 +115,8 @@ class ServerHttpEndpoints:
             return await self._trace(model, method, request)  # the controller: unknown model
         version = parts[4] if len(parts) > 4 and parts[3] == "versions" else ""
         action = parts[-1] if len(parts) in (4, 6) else ""
+        if action not in MODEL_ACTIONS:
+            return json_response(NOT_FOUND, 404)  # no route, whatever the model
         if action == "ready" and await self.core.is_unavailable(model):
             return json_response({"error": "Model version not ready"}, 400)
         return error_response(await self.core.undeployed_model_error(model, version, action))

@@ -173,6 +173,44 @@ def _(t: Target) -> Any:
     return t.raw("GET", "/v2/models/no_such_model/ready")
 
 
+@case(
+    "model_ready[unknown/9]",
+    "health",
+    "GET /v2/models/<unknown model>/versions/9/ready",
+    raw=True,
+)
+def _(t: Target) -> Any:
+    return t.raw("GET", "/v2/models/no_such_model/versions/9/ready")
+
+
+# --------------------------------------------------------------------------------- odd paths
+
+
+@case("odd_path[/v2/]", "paths", "GET /v2/ (a trailing slash)", raw=True)
+def _(t: Target) -> Any:
+    return t.raw("GET", "/v2/")
+
+
+@case("odd_path[model/]", "paths", "GET /v2/models/batched/ (a trailing slash)", raw=True)
+def _(t: Target) -> Any:
+    return t.raw("GET", "/v2/models/batched/")
+
+
+@case("odd_path[model/ready/]", "paths", "GET /v2/models/batched/ready/", raw=True)
+def _(t: Target) -> Any:
+    return t.raw("GET", "/v2/models/batched/ready/")
+
+
+@case("odd_path[unknown/action]", "paths", "POST /v2/models/<unknown>/<action>", raw=True)
+def _(t: Target) -> Any:
+    return t.raw("POST", "/v2/models/no_such_model/frobnicate", b"{}")
+
+
+@case("odd_path[model/action]", "paths", "POST /v2/models/batched/<unknown action>", raw=True)
+def _(t: Target) -> Any:
+    return t.raw("POST", "/v2/models/batched/frobnicate", b"{}")
+
+
 # --------------------------------------------------------------------------------- config
 
 for _model in MODELS:

@@ -25,6 +25,7 @@ REPOSITORY = Path(__file__).parent / "model_repository"
 # Case groups in the order the section lists them.
 GROUP_TITLES = {
     "health": "Health and readiness",
+    "paths": "Routes (trailing slashes, unknown actions)",
     "metadata": "Server and model metadata",
     "config": "Model configuration (`/config`, every key and value)",
     "repository": "Repository extension",
