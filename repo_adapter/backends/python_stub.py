@@ -107,7 +107,7 @@ class _StubProcess:
     ) -> None:
         self.process = process
         self.batches_channel = batches
-        self.channel = control
+        self.control_channel = control
         self.started: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.stopped = threading.Event()
         self.batches: dict[int, _Batch] = {}
@@ -196,7 +196,7 @@ class PythonStubBackend(Backend):
             name=f"{self.instance.name}-stub",
             daemon=True,
         ).start()
-        stub.channel.send(
+        stub.control_channel.send(
             StartInstance(
                 self.model.name,
                 self.model.version,
@@ -263,7 +263,7 @@ class PythonStubBackend(Backend):
             # The caller gave up: is_cancelled() tells the model; its answer still ends
             # the batch.
             with contextlib.suppress(ChannelClosedError):
-                stub.channel.send(CancelBatch(batch_id))
+                stub.control_channel.send(CancelBatch(batch_id))
             raise
 
     def _send(self, stub: _StubProcess, batch: _Batch) -> int | None:
@@ -328,7 +328,7 @@ class PythonStubBackend(Backend):
         """The thread reading a stub's other messages, until the process ends."""
         while True:
             try:
-                message = stub.channel.receive()
+                message = stub.control_channel.receive()
             except ChannelClosedError:
                 break
             try:
@@ -374,7 +374,7 @@ class PythonStubBackend(Backend):
             error = InferenceServerError(
                 "no server event loop to run the call on", StatusCode.UNAVAILABLE
             )
-            stub.channel.send(CallReply(call.call_id, error=error))
+            stub.control_channel.send(CallReply(call.call_id, error=error))
             return
 
         def reply(done: concurrent.futures.Future[Any]) -> None:
@@ -383,7 +383,7 @@ class PythonStubBackend(Backend):
             except BaseException as err:  # the model sees the error
                 answer = CallReply(call.call_id, error=plain_error(err, StatusCode.INTERNAL))
             with contextlib.suppress(ChannelClosedError):
-                stub.channel.send(answer)
+                stub.control_channel.send(answer)
 
         future = asyncio.run_coroutine_threadsafe(_host_call(call), loop)
         future.add_done_callback(reply)
@@ -486,7 +486,7 @@ class PythonStubBackend(Backend):
         with stub.lock:
             stub.metric_calls[call_id] = future
         try:
-            stub.channel.send(CollectMetrics(call_id))
+            stub.control_channel.send(CollectMetrics(call_id))
             self._last_metrics = future.result(timeout=METRICS_TIMEOUT_S)
         except (ChannelClosedError, concurrent.futures.TimeoutError):
             with stub.lock:
@@ -522,7 +522,7 @@ def _end(stub: _StubProcess) -> None:
     """Close the stub's channels (its process exits when it sees them closed) and reap it."""
     _detach(stub)
     stub.batches_channel.close()
-    stub.channel.close()
+    stub.control_channel.close()
     try:
         stub.process.wait(timeout=5)
     except subprocess.TimeoutExpired:
