@@ -91,6 +91,23 @@ def _grpc_routing_step(grpc_routing: tuple[str, str] | None) -> str:
     return f'{command} "$argument" || echo "rayton: gRPC routing not applied" >&2'
 
 
+def haproxy_state_paths() -> dict[str, str]:
+    """Serve's settings for HAProxy's config file, admin and metrics sockets and server state,
+    in a directory of this server's own: by default they are fixed paths under
+    /tmp/haproxy-serve, where a second server on the machine would take over the first one's
+    HAProxy. Short, under /tmp: Serve adds a 57-character node directory and HAProxy takes
+    socket paths of at most 97."""
+    directory = tempfile.mkdtemp(prefix="rayton-", dir="/tmp")
+    atexit.register(shutil.rmtree, directory, True)
+    return {
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": os.path.join(directory, "haproxy.cfg"),
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": os.path.join(directory, "admin.sock"),
+        "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": os.path.join(directory, "metrics.sock"),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": directory,
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": os.path.join(directory, "server-state"),
+    }
+
+
 def haproxy_wrapper(host: str, grpc_routing: tuple[str, str] | None = None) -> str | None:
     """Path of an executable that runs Serve's HAProxy with its listeners on ``host`` (left
     alone where ``host`` is every interface or cannot be written into a bind) and Triton's

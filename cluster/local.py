@@ -7,7 +7,7 @@ import os
 import socket
 from collections.abc import Iterator
 
-from cluster.haproxy_wrapper import haproxy_wrapper
+from cluster.haproxy_wrapper import haproxy_state_paths, haproxy_wrapper
 from cluster.serve_binds import SERVE_GRPC_HOST_ENV, SETUP_HOOK
 from cluster.serve_internals import localhost_resolved_as, token_auth_enabled
 
@@ -36,6 +36,16 @@ SERVING_ENV = {
 # A cluster this process starts has no load balancer in front that needs time to notice
 # draining replicas: stop in seconds instead of Serve's 30 s drain period.
 LOCAL_CLUSTER_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
+# Serve's fast ingress takes fixed ports by default, where a second server on this machine
+# (or anything else there) would clash: HAProxy's stats page and Prometheus exporter (8404,
+# 9101) and its backup server, Serve's fallback proxy (8500, 9500). The OS picks them instead;
+# a user's setting is kept.
+SERVE_FIXED_PORT_SETTINGS = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+)
 
 
 def apply_serving_environment(
@@ -63,12 +73,13 @@ def apply_serving_environment(
     if own_cluster and fast_ingress:
         if grpc_routing is not None:
             os.environ.setdefault(SERVE_GRPC_HOST_ENV, host)
-            # Serve's fallback proxy (HAProxy's backup server) takes a fixed gRPC port, 9500,
-            # by default: a second server on this machine, or anything else there, would clash.
-            os.environ.setdefault("RAY_SERVE_FALLBACK_PROXY_GRPC_PORT", str(free_port(host)))
+        for port_setting in SERVE_FIXED_PORT_SETTINGS:
+            os.environ.setdefault(port_setting, str(free_port(host)))
         wrapper = haproxy_wrapper(host, grpc_routing)
         if wrapper:
             os.environ.setdefault("RAY_SERVE_HAPROXY_BINARY_PATH", wrapper)
+            for setting, path in haproxy_state_paths().items():
+                os.environ.setdefault(setting, path)
 
 
 def free_port(host: str) -> int:

@@ -159,6 +159,9 @@ def serve_cluster() -> Iterator[ServeCluster]:
     from ray import serve
 
     ray.init(
+        # A cluster of the session's own: never one that RAY_ADDRESS or a ray_current_cluster
+        # file (left by a killed `ray start` or `rayton cluster`, even a dead one) names.
+        address="local",
         num_cpus=8,  # logical: replicas reserve fractions; the machine has 2 real cores
         include_dashboard=False,
         _node_ip_address="127.0.0.1",

@@ -14,7 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 import yaml
 
-from cluster.local import FAST_INGRESS_ENV
+from cluster.local import FAST_INGRESS_ENV, SERVE_FIXED_PORT_SETTINGS
 from tests.support.ports import free_port
 from tests.support.processes import server_ready, session_pids, start_session
 
@@ -49,9 +49,18 @@ def test_serve_run_committed_config(tmp_path, example_repository, ingress_env):
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "model_repository").symlink_to(example_repository)
     env = dict(os.environ, RAY_AUTH_MODE="disabled", **ingress_env)
+    # Serve's fixed ports (HAProxy's own, the fallback proxy's) free beside a `make serve`
+    env.update({setting: str(free_port()) for setting in SERVE_FIXED_PORT_SETTINGS})
     env.pop("RAY_ADDRESS", None)
     server = start_session(
-        [str(Path(sys.executable).parent / "serve"), "run", "serve_config.yaml"],
+        # A cluster of its own even where a stale ray_current_cluster file names another
+        [
+            str(Path(sys.executable).parent / "serve"),
+            "run",
+            "--address",
+            "local",
+            "serve_config.yaml",
+        ],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,

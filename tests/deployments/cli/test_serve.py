@@ -23,6 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from cluster.local import SERVE_FIXED_PORT_SETTINGS
 from deployments.apps.server_args import ServerAppArgs
 from deployments.cli import main
 from deployments.cli.serve import ServeSettings
@@ -199,7 +200,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             inputs[0].set_data_from_numpy(big)
             assert client.infer("bytes_identity", inputs).as_numpy("OUT")[0, 0] == big[0, 0]
             check_a_stream_through_haproxy(client)
-        check_model_infer_skipped_the_frontend(lines)
+        check_model_infer_skipped_the_frontend(server, lines)
         check_replicas_answer_http_with_rayton_s_server(url)
         check_listeners_are_loopback(server, lines, (port, grpc_port))
         # Last: crashes. A python model that ends its stub process fails its request with
@@ -312,8 +313,8 @@ def crash_answer(request: urllib.request.Request) -> tuple[int, str]:
     raise AssertionError("every try of the crashing request lost its connection")
 
 
-# Serve's HAProxy stats page and Prometheus exporter (Ray's defaults; rayton moves their binds)
-HAPROXY_PORTS = (8404, 9101)
+# Serve's fixed ports (HAProxy's stats page and exporter, the fallback proxy's HTTP and gRPC)
+SERVE_DEFAULT_PORTS = {8404, 9101, 8500, 9500}
 
 
 def check_a_stream_through_haproxy(client: grpcclient.InferenceServerClient) -> None:
@@ -347,13 +348,14 @@ def check_replicas_answer_http_with_rayton_s_server(url: str) -> None:
         assert response.status == 200
 
 
-def check_model_infer_skipped_the_frontend(lines: list[str]) -> None:
+def check_model_infer_skipped_the_frontend(server, lines: list[str]) -> None:
     """HAProxy sent the gRPC ModelInfer straight to the shared host's replica over HTTP/1.1
     and the stream over gRPC (its exporter counts the calls per backend), not through
     rayton's gRPC frontend."""
     (endpoint,) = [line for line in lines if line.strip().startswith("gRPC (Triton)")]
     assert endpoint.endswith("(HAProxy -> model replicas)\n"), endpoint
-    with urllib.request.urlopen(f"http://127.0.0.1:{HAPROXY_PORTS[1]}/metrics", timeout=30) as f:
+    exporter = serve_port_settings(session_pids(server.pid))["RAY_SERVE_HAPROXY_METRICS_PORT"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{exporter}/metrics", timeout=30) as f:
         page = f.read().decode()
 
     def counted(backend: str) -> float:
@@ -368,19 +370,37 @@ def check_model_infer_skipped_the_frontend(lines: list[str]) -> None:
     assert counted("rayton_grpc_frontend") >= 1  # is_model_ready, through the frontend
 
 
-def serve_grpc_ports(pids: list[int]) -> set[int]:
-    """The ports of Serve's gRPC servers HAProxy sends calls to (the replicas' direct ingress
-    and the fallback proxy), read from the config of the session's HAProxy. Ray binds them on
-    every interface; rayton on the serving host."""
-    ports: set[int] = set()
+def haproxy_processes(pids: list[int]) -> list[tuple[int, list[str]]]:
+    """The pid and command line of each HAProxy among ``pids``."""
+    found = []
     for pid in pids:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().decode().split("\0")
         except OSError:
             continue
-        if not argv[0].endswith("haproxy") or "-f" not in argv:
-            continue
+        if argv[0].endswith("haproxy") and "-f" in argv:
+            found.append((pid, argv))
+    return found
+
+
+def serve_port_settings(pids: list[int]) -> dict[str, int]:
+    """The ports rayton chose for Serve's fixed ones, from the environment of the session's
+    HAProxy (Serve's processes inherit what ``rayton serve`` set before starting Ray)."""
+    ((pid, _), *_) = haproxy_processes(pids)
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        environ = dict(
+            entry.split("=", 1) for entry in f.read().decode().split("\0") if "=" in entry
+        )
+    return {setting: int(environ[setting]) for setting in SERVE_FIXED_PORT_SETTINGS}
+
+
+def serve_grpc_ports(pids: list[int]) -> set[int]:
+    """The ports of Serve's gRPC servers HAProxy sends calls to (the replicas' direct ingress
+    and the fallback proxy), read from the config of the session's HAProxy. Ray binds them on
+    every interface; rayton on the serving host."""
+    ports: set[int] = set()
+    for _, argv in haproxy_processes(pids):
         with open(argv[argv.index("-f") + 1]) as config:
             for line in config:
                 words = line.split()
@@ -399,13 +419,19 @@ def check_listeners_are_loopback(server, lines: list[str], ports: tuple[int, ...
     pids = session_pids(server.pid)
     grpc_backends = serve_grpc_ports(pids)
     assert grpc_backends, "Serve's gRPC ingress is on: HAProxy has gRPC backends"
-    controlled = {*ports, dashboard, metrics, *HAPROXY_PORTS, *grpc_backends}
+    serve_ports = serve_port_settings(pids)
+    assert not set(serve_ports.values()) & SERVE_DEFAULT_PORTS, serve_ports  # free-picked
+    haproxy_own = {
+        serve_ports["RAY_SERVE_HAPROXY_STATS_PORT"],
+        serve_ports["RAY_SERVE_HAPROXY_METRICS_PORT"],
+    }
+    controlled = {*ports, dashboard, metrics, *serve_ports.values(), *grpc_backends}
     listeners = listening_sockets(pids)
     exposed = [s.describe() for s in listeners if s.port in controlled and not s.loopback]
     assert not exposed, "rayton's listeners off loopback:\n" + "\n".join(exposed)
     on_loopback = {s.port for s in listeners if s.loopback}
     assert {*ports, dashboard, metrics} <= on_loopback, (on_loopback, lines[-12:])
-    assert set(HAPROXY_PORTS) <= on_loopback  # fast ingress runs HAProxy
+    assert haproxy_own <= on_loopback  # fast ingress runs HAProxy
 
 
 SLOW_MODEL = """\
@@ -483,6 +509,58 @@ def test_ctrl_c_lets_requests_in_flight_finish_over_http_and_grpc(tmp_path):
         for pid in session_pids(server.pid):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.cluster
+def test_two_servers_serve_side_by_side_on_one_machine(example_repository, tmp_path):
+    """Each with its own ports (flags, or picked by the OS for Serve's fixed ones) and its own
+    HAProxy files: both serve HTTP and gRPC, and each stops without touching the other."""
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    (repository / "add_sub").symlink_to(example_repository / "add_sub")
+    servers, ray_tmps = [], []
+    try:
+        for _ in range(2):
+            ray_tmps.append(Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp")))  # AF_UNIX paths
+            port, grpc_port = free_port(), free_port()
+            servers.append(
+                (
+                    start_session(
+                        rayton_serve_command(repository, port, grpc_port),
+                        env=rayton_serve_env(ray_tmps[-1]),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    ),
+                    f"127.0.0.1:{port}",
+                    f"127.0.0.1:{grpc_port}",
+                )
+            )
+        for _, url, _ in servers:
+            assert wait_until(lambda url=url: server_ready(url), 300), f"{url} never came up"
+        settings = [serve_port_settings(session_pids(process.pid)) for process, _, _ in servers]
+        assert not set(settings[0].values()) & set(settings[1].values()), settings
+        for _, url, grpc_url in servers:
+            for module, address in ((httpclient, url), (grpcclient, grpc_url)):
+                with module.InferenceServerClient(address) as client:
+                    inputs = [module.InferInput(name, [4], "FP32") for name in ("INPUT0", "INPUT1")]
+                    for tensor in inputs:
+                        tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
+                    result = client.infer("add_sub", inputs).as_numpy("OUTPUT0")
+                    np.testing.assert_array_equal(result, np.arange(4) * 2.0)
+        first, _, _ = servers[0]
+        first.send_signal(signal.SIGINT)
+        first.wait(120)
+        assert wait_until(lambda: not session_pids(first.pid), 60)
+        _, url, grpc_url = servers[1]
+        assert server_ready(url)  # the second kept its HAProxy and replicas
+        with grpcclient.InferenceServerClient(grpc_url) as client:
+            assert client.is_model_ready("add_sub")
+    finally:
+        for process, _, _ in servers:
+            for pid in session_pids(process.pid):
+                os.kill(pid, signal.SIGKILL)
+        for ray_tmp in ray_tmps:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.mark.cluster
