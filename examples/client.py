@@ -3,8 +3,9 @@
 
 Usage::
 
-    python examples/client.py [-m image_pipeline] [-c 3] [-b 1] [-u 127.0.0.1:8000]
-                              [-i http|grpc] [--async] IMAGE_OR_DIR [IMAGE_OR_DIR ...]
+    python examples/client.py [-m image_pipeline] [-c 3] [-b 1] [-s NONE|INCEPTION|VGG|IMAGENET]
+                              [-u 127.0.0.1:8000] [-i http|grpc] [--async]
+                              IMAGE_OR_DIR [IMAGE_OR_DIR ...]
 
 The client asks the server for the model's metadata and configuration (as ``image_client``'s
 ``parse_model`` does) and picks its input mode from them:
@@ -13,8 +14,12 @@ The client asks the server for the model's metadata and configuration (as ``imag
   as the ``image_pipeline`` ensemble, receives the encoded image files as bytes and does its
   own preprocessing on the server;
 - a model whose input is a 3-D image tensor (``FORMAT_NCHW``/``FORMAT_NHWC``), such as
-  ``image_classifier_onnx``, receives tensors preprocessed here exactly as the ``preprocess``
-  model would (RGB, bilinear resize, [0, 1], ImageNet mean/std).
+  ``image_classifier_onnx``, receives tensors preprocessed here: RGB, bilinear resize, then
+  the scaling ``-s`` names, as ``image_client``'s: ``NONE`` (pixels 0-255), ``INCEPTION``
+  ([-1, 1]), ``VGG`` (0-255 less the per-channel means 123, 117, 104). The default,
+  ``IMAGENET``, is what the example models were built for and what the ``preprocess`` model
+  does ([0, 1], then ImageNet's mean and standard deviation); ``image_client``'s default is
+  ``NONE``.
 
 Results come back through the classification extension (``class_count=-c``) and print as::
 
@@ -48,12 +53,33 @@ MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(3, 1, 1)
 
 
-def preprocess(encoded: bytes, height: int, width: int) -> np.ndarray:
-    """Decode one encoded image into a normalised FP32 CHW array (as the preprocess model)."""
+VGG_MEANS = np.array([123, 117, 104], dtype=np.float32).reshape(3, 1, 1)
+SCALINGS = ("NONE", "INCEPTION", "VGG", "IMAGENET")
+DEFAULT_SCALING = "IMAGENET"
+
+
+def scale(pixels: np.ndarray, scaling: str = DEFAULT_SCALING) -> np.ndarray:
+    """Scale an RGB CHW array of 0-255 pixel values as ``-s`` names it (see the module doc)."""
+    if scaling == "NONE":
+        return pixels
+    if scaling == "INCEPTION":
+        return pixels / 127.5 - 1.0
+    if scaling == "VGG":
+        return pixels - VGG_MEANS
+    if scaling == "IMAGENET":
+        return (pixels / 255.0 - MEAN) / STD
+    raise ValueError(f"unknown scaling '{scaling}': one of {', '.join(SCALINGS)}")
+
+
+def preprocess(
+    encoded: bytes, height: int, width: int, scaling: str = DEFAULT_SCALING
+) -> np.ndarray:
+    """Decode one encoded image into a scaled FP32 CHW array (``IMAGENET``: as the preprocess
+    model)."""
     image = Image.open(io.BytesIO(encoded)).convert("RGB")
     image = image.resize((width, height), Image.Resampling.BILINEAR)
-    pixels = np.asarray(image, dtype=np.float32) / 255.0
-    return (pixels.transpose(2, 0, 1) - MEAN) / STD
+    pixels = np.asarray(image, dtype=np.float32).transpose(2, 0, 1)
+    return scale(pixels, scaling)
 
 
 @dataclass(frozen=True)
@@ -157,12 +183,15 @@ def _input_layout(config: dict[str, Any], input_name: str, dims: Sequence[int]) 
     raise ValueError(f"unexpected input format {fmt} for input '{input_name}'")
 
 
-def make_batch(encoded_images: Sequence[bytes], model: ModelInfo) -> np.ndarray:
+def make_batch(
+    encoded_images: Sequence[bytes], model: ModelInfo, scaling: str = DEFAULT_SCALING
+) -> np.ndarray:
     """Build the input tensor for one request from the encoded image files.
 
     Args:
         encoded_images: One encoded file per batch row (exactly one for non-batching models).
         model: Parsed model information.
+        scaling: How tensors preprocessed here are scaled (not used for encoded images).
 
     Returns:
         ``[batch, max_len]`` UINT8 (zero-padded rows) or ``[batch, ...image dims]`` for
@@ -176,7 +205,7 @@ def make_batch(encoded_images: Sequence[bytes], model: ModelInfo) -> np.ndarray:
         for row, data in zip(rows, encoded_images, strict=True):
             row[: len(data)] = np.frombuffer(data, dtype=np.uint8)
     else:
-        images = [preprocess(data, model.height, model.width) for data in encoded_images]
+        images = [preprocess(data, model.height, model.width, scaling) for data in encoded_images]
         if model.layout == "NHWC":
             images = [image.transpose(1, 2, 0) for image in images]
         rows = np.stack(images).astype(_numpy_dtype(model.input_datatype))
@@ -344,6 +373,15 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
 
+        if model.encoded and args.scaling is not None:
+            print(
+                f"ERROR: -s {args.scaling}: model '{model.name}' takes encoded images and "
+                "scales them on the server",
+                file=sys.stderr,
+            )
+            return 1
+        scaling = args.scaling or DEFAULT_SCALING
+
         files = image_files(args.images)
         if not files:
             print("ERROR: no image files given", file=sys.stderr)
@@ -352,7 +390,8 @@ def run(args: argparse.Namespace) -> int:
 
         pending = []
         for request_index, group in enumerate(batches(encoded, args.batch_size)):
-            inputs, outputs = connection.request(model, make_batch(group, model), args.classes)
+            batch = make_batch(group, model, scaling)
+            inputs, outputs = connection.request(model, batch, args.classes)
             kwargs = {"model_version": args.model_version, "request_id": str(request_index)}
             if args.async_set:
                 wait = connection.submit(model.name, inputs, outputs, **kwargs)
@@ -396,6 +435,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("-b", "--batch-size", type=int, default=1, help="images per request")
     parser.add_argument("-c", "--classes", type=int, default=1, help="top classes to report")
+    parser.add_argument(
+        "-s",
+        "--scaling",
+        type=str.upper,
+        choices=SCALINGS,
+        default=None,
+        help=f"how images preprocessed here are scaled (default {DEFAULT_SCALING}, as the "
+        "example models expect; image_client's default is NONE)",
+    )
     parser.add_argument(
         "-u", "--url", default=None, help="server address (default 127.0.0.1:8000 / :8001)"
     )

@@ -251,6 +251,30 @@ def test_classification_with_labels(client, example_repository):
         assert label == labels[int(index)]
 
 
+def test_the_example_client_runs_the_articles_command(server, example_repository, capsys):
+    """``image_client -m densenet_onnx -c 3 -s INCEPTION mug.jpg``, typed against
+    ``examples/client.py`` and the example classifier: the top classes of the INCEPTION-scaled
+    tensor."""
+    from examples.client import main as client_main
+    from examples.client import preprocess
+
+    mug = example_repository.parent / "images" / "mug.png"
+    command = ["-u", server.http_url, "-m", "image_classifier_onnx", "-c", "3", "-s", "INCEPTION"]
+    assert client_main([*command, str(mug)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    tensor = preprocess(mug.read_bytes(), 64, 64, "INCEPTION")[None]
+    inputs = [httpclient.InferInput("INPUT0", list(tensor.shape), "FP32")]
+    inputs[0].set_data_from_numpy(tensor)
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        scores = client.infer("image_classifier_onnx", inputs).as_numpy("OUTPUT0")[0]
+    top = [int(line.split("(")[1].split(")")[0]) for line in printed if line.startswith("    ")]
+    assert top == list(np.argsort(-scores)[:3]), printed
+    assert printed[0] == "Request 0, batch size 1" and printed[-1] == "PASS"
+    # The ensemble preprocesses on the server: a scaling asked of it is refused, not ignored.
+    assert client_main(["-u", server.http_url, "-s", "VGG", str(mug)]) == 1
+    assert "takes encoded images and scales them on the server" in capsys.readouterr().err
+
+
 def test_ensemble_image_pipeline(client, example_repository):
     encoded = np.frombuffer(image_bytes(example_repository), dtype=np.uint8)[None, :]
     inputs = [httpclient.InferInput("IMAGE", list(encoded.shape), "UINT8")]
