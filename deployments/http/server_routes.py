@@ -46,11 +46,13 @@ class ServerHttpEndpoints:
         try:
             if path == "/v2":
                 return get_only(method) or json_response(await core.server_metadata())
+            # The Open Inference Protocol's bodies (KServe's SDK reads them); Triton's status
+            # codes (tritonclient reads only those) and Triton 2.51 sends no body.
             if path == "/v2/health/live":
-                return get_only(method) or empty_response(200)
+                return get_only(method) or json_response({"live": True})
             if path == "/v2/health/ready":
                 ready = await core.server_ready()
-                return get_only(method) or empty_response(200 if ready else 400)
+                return get_only(method) or json_response({"ready": ready}, 200 if ready else 400)
             if path == "/v2/models/stats":
                 return get_only(method) or json_response(
                     {"model_stats": await core.all_statistics()}

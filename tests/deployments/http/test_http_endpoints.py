@@ -72,8 +72,12 @@ def test_health_and_server_metadata(client):
 
 
 def test_server_not_ready_while_a_model_is_unavailable(server):
-    status, _, body = raw(server, "GET", "/v2/health/ready")
-    assert status == 400 and body == b""  # strict readiness: 'broken' failed to load
+    status, headers, body = raw(server, "GET", "/v2/health/ready")
+    assert status == 400  # strict readiness: 'broken' failed to load
+    assert json.loads(body) == {"ready": False}  # the Open Inference Protocol's body
+    assert headers["content-type"] == "application/json"
+    status, _, body = raw(server, "GET", "/v2/health/live")
+    assert (status, json.loads(body)) == (200, {"live": True})
 
 
 def test_model_metadata_config_and_ready(client):
