@@ -82,6 +82,7 @@ class ModelRecord:
     error: str = ""
     unloaded: list[int] = field(default_factory=list)
     override: str = ""  # the config JSON of the last load request, kept across polls
+    awaits_members: bool = False  # an ensemble unloaded with its member, back with it
     attempted: str = ""  # fingerprint of the last load that failed (poll retries on change)
     files_dir: Path | None = None  # the files of a load with file: parameters
     versions: VersionStates = field(default_factory=dict)  # from the replicas
@@ -335,7 +336,7 @@ class LiveRepository:
         """Mark ``model`` LOADING; returns the generation (fingerprint) being loaded."""
         record = self.records.setdefault(model.name, ModelRecord(model.name))
         record.pending, record.loading, record.error = LOADING, model, ""
-        record.failed_versions = {}
+        record.failed_versions, record.awaits_members = {}, False
         record.attempted = self.fingerprint(model.name)
         return record.attempted
 
@@ -369,12 +370,37 @@ class LiveRepository:
     def begin_unload(self, name: str) -> None:
         self.records[name].pending = UNLOADING
 
-    def unload_finished(self, name: str) -> None:
+    def unload_finished(self, name: str, with_member: bool = False) -> None:
+        """``name`` serves nothing any more. Unloaded by itself, it forgets its config
+        override (Triton's next load reads config.pbtxt). ``with_member``: an ensemble that
+        went with the unload of a model it uses; as in Triton, it keeps its config and loads
+        again once its members serve again (:meth:`returning_ensembles`)."""
         record = self.records[name]
         if record.served is not None:
             record.unloaded = sorted({*record.unloaded, *record.served.versions})
         record.served, record.generation, record.pending = None, "", None
         record.loading, record.error, record.versions = None, "", {}
+        record.awaits_members = with_member
+        if not with_member:
+            record.override, record.files_dir = "", None
+
+    def returning_ensembles(self) -> list[str]:
+        """Ensembles unloaded with a member whose members all serve again: Triton loads them
+        back (nested ones come back one level per call)."""
+        returning = []
+        for record in self.records.values():
+            if not record.awaits_members or record.served is not None or record.pending:
+                continue
+            try:
+                members = self.members_of(self.scan(record.name, record.override))
+            except InferenceServerError:
+                continue
+            if members and all(
+                (member := self.records.get(name)) is not None and member.served is not None
+                for name in members
+            ):
+                returning.append(record.name)
+        return sorted(returning)
 
     def forget_removed(self) -> list[str]:
         """Drop records of directories gone from disk that nothing serves; their names."""

@@ -279,13 +279,13 @@ class RepositoryController:
                 _UNLOAD_TIMEOUT_S,
             )
 
-    async def _unload_one(self, name: str) -> None:
+    async def _unload_one(self, name: str, with_member: bool = False) -> None:
         record = self.repository.records.get(name)
         if record is None or record.served is None:
             return
         self.repository.begin_unload(name)
         await self._remove(name, self.homes.home_of(name) or self.homes.own)
-        self.repository.unload_finished(name)
+        self.repository.unload_finished(name, with_member)
 
     # ------------------------------------------------------------------ repository API
 
@@ -312,9 +312,13 @@ class RepositoryController:
             record = self.repository.records[name]
             if record.error:
                 raise load_failed_error(name, record.failed_versions, record.error)
+            # Ensembles that went with this model's unload come back with it, as in Triton.
+            while returning := self.repository.returning_ensembles():
+                await self._load_many(returning)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
-        """Triton's ``unload``: stop serving ``name`` and every ensemble that uses it.
+        """Triton's ``unload``: stop serving ``name`` and every ensemble that uses it (those
+        load again when ``name`` does).
 
         ``unload_dependents`` also unloads what ``name`` uses (an ensemble's members). An
         unknown or unloaded model is not an error, as in Triton.
@@ -323,10 +327,12 @@ class RepositoryController:
         if refusal:
             raise InferenceServerError(refusal, StatusCode.UNAVAILABLE)
         async with self._changes:
-            names = [*self.repository.dependents_of(name), name]
-            if unload_dependents:
-                names += self.repository.uses_of(name)
-            await asyncio.gather(*(self._unload_one(n) for n in dict.fromkeys(names)))
+            dependents = self.repository.dependents_of(name)
+            names = [name, *(self.repository.uses_of(name) if unload_dependents else [])]
+            await asyncio.gather(
+                *(self._unload_one(n, with_member=True) for n in dependents),
+                *(self._unload_one(n) for n in dict.fromkeys(names) if n not in dependents),
+            )
 
     # ------------------------------------------------------------------ views
 

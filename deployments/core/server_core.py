@@ -25,7 +25,7 @@ from deployments.observability.trace_settings import TraceSettingsDocument
 from repo_adapter.config import ConfigDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import JsonObject
-from repo_adapter.live_repository import IndexEntry
+from repo_adapter.live_repository import UNLOADED_REASON, IndexEntry
 from repo_adapter.request_validation import model_not_found
 
 logger = logging.getLogger(__name__)
@@ -249,6 +249,11 @@ class ServerCore:
         if action == "stats":  # core: no ready version is INVALID_ARG here, not NOT_FOUND
             return InferenceServerError(f"requested model '{model}' is not available")
         reason = (await self.view(fresh=True)).unavailable.get(model)
+        if reason == UNLOADED_REASON:  # Triton: known, but no version to serve
+            return InferenceServerError(
+                f"Request for unknown model: '{model}' has no available versions",
+                StatusCode.NOT_FOUND,
+            )
         if reason is not None:
             return InferenceServerError(
                 f"Request for unknown model: '{model}' is not ready: {reason}",

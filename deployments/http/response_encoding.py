@@ -178,6 +178,10 @@ def _json_data(tensor: InferTensor) -> tuple[Any, bool]:
         return [_json_text(item) for item in np.asarray(tensor.data).reshape(-1).tolist()], True
     array = np.ascontiguousarray(tensor.data, dtype=protocol_to_numpy(datatype)).reshape(-1)
     finite = array.dtype.kind != "f" or bool(np.isfinite(array).all())
+    if array.dtype == np.float32:
+        # Triton writes an FP32 value as the double it widens to (3.0000000054977558e+38);
+        # orjson would write float32's shortest form (3e+38), the standard library the double.
+        array = array.astype(np.float64)
     return array, finite
 
 

@@ -801,7 +801,10 @@ NOT_COMPARED: tuple[tuple[str, str], ...] = (
         "sequence batching, decoupled models, shared memory",
         "not implemented in rayton yet (and not advertised)",
     ),
-    ("model load/unload (explicit model control)", "only the refusal in mode 'none' is compared"),
+    (
+        "model load/unload in this sequence",
+        "only the refusal in mode 'none'; explicit model control has sequences of its own",
+    ),
     (
         "CPU and GPU metric values",
         "readings of the machine; their families, types and labels are compared",

@@ -17,8 +17,9 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from tests.conformance.allowlist import ALLOWED, KNOWN_GAPS, Difference
+from tests.conformance.allowlist import ALLOWED, EXPLICIT_ALLOWED, KNOWN_GAPS, Difference
 from tests.conformance.cases import CASES, MODELS, NOT_COMPARED
+from tests.conformance.explicit_cases import EXPLICIT_REGISTRY
 
 REPOSITORY = Path(__file__).parent / "model_repository"
 
@@ -36,6 +37,8 @@ GROUP_TITLES = {
     "trace": "Trace extension (`/v2/trace/setting`)",
     "logging": "Logging extension (`/v2/logging`)",
     "metrics": "Prometheus metrics (`/metrics`: families, types, labels, per-model counts)",
+    "explicit": "Explicit model control (`--model-control-mode explicit --load-model '*'` on "
+    "both, `tests/conformance/test_explicit_mode.py`)",
 }
 
 
@@ -61,7 +64,7 @@ def case_lines() -> list[str]:
     """Checked cases, grouped, as a markdown list; per-model cases are listed once."""
     lines = []
     for group, title in GROUP_TITLES.items():
-        cases = [case for case in CASES if case.group == group]
+        cases = [case for case in (*CASES, *EXPLICIT_REGISTRY.cases) if case.group == group]
         counts = Counter(_generic(case.description) for case in cases)
         items = _unique(
             f"{_generic(c.description)} (each model)"
@@ -126,7 +129,7 @@ def render() -> str:
         "",
         "### Different by design",
         "",
-        *difference_lines(ALLOWED),
+        *difference_lines(ALLOWED + EXPLICIT_ALLOWED),
         "",
     ]
     if KNOWN_GAPS:

@@ -8,6 +8,7 @@ observations. :class:`HttpSession` wraps ``tritonclient.http`` and :class:`GrpcS
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -137,6 +138,35 @@ class ClientSession:
                 self.client.get_inference_statistics(model, version, **self.json_kwargs)
             )
         )
+
+    def load_model(self, model: str, config: str | None = None) -> Any:
+        """The repository API's load (explicit model control): ``"done"`` or the error."""
+        return self.call(lambda: self.client.load_model(model, config=config) or "done")
+
+    def unload_model(self, model: str) -> Any:
+        """The repository API's unload: ``"done"`` or the error."""
+        return self.call(lambda: self.client.unload_model(model) or "done")
+
+    def repository_index(self, settle_s: float = 30.0) -> Any:
+        """The repository index, entries sorted by name and version, once no entry is
+        ``UNLOADING`` or ``LOADING``: Triton's unload returns before its model is gone, and
+        those passing states last as long as the server takes (bounded by ``settle_s``)."""
+
+        def entries() -> list[dict[str, Any]]:
+            index = self.client.get_model_repository_index(**self.json_kwargs)
+            listed = index.get("models", []) if isinstance(index, dict) else index
+            return sorted(listed, key=lambda e: (e.get("name", ""), e.get("version", "")))
+
+        def run() -> Any:
+            deadline = time.monotonic() + settle_s
+            while True:
+                listed = entries()
+                passing = [e for e in listed if e.get("state") in ("UNLOADING", "LOADING")]
+                if not passing or time.monotonic() > deadline:
+                    return listed
+                time.sleep(0.1)
+
+        return self.call(run)
 
     def infer(
         self,

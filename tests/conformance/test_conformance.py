@@ -9,17 +9,15 @@ deploys the same repository on the session's Serve cluster, runs the request seq
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conformance.allowlist import ALLOWED, KNOWN_GAPS
 from tests.conformance.cases import REGISTRY
-from tests.conformance.driver import Server, compare, http_request, run_sequence
+from tests.conformance.checks import Observations, check_case, stale_entries, wait_ready
+from tests.conformance.driver import Server, run_sequence
 from tests.reference_triton import ReferenceTriton, ReferenceTritonError, require_reference_triton
 from tests.support.ports import free_port
 from tests.support.requirements import missing
@@ -29,14 +27,6 @@ pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 REPOSITORY = Path(__file__).parent / "model_repository"
 HTTP_CASES = REGISTRY.for_protocol("http")
 GRPC_CASES = REGISTRY.for_protocol("grpc")
-
-
-@dataclass
-class Observations:
-    """Each server's observations per case, for one protocol."""
-
-    reference: dict[str, Any]
-    rayton: dict[str, Any]
 
 
 @pytest.fixture(scope="module")
@@ -76,19 +66,6 @@ def servers(serve_cluster) -> Iterator[tuple[Server, Server]]:
         serve_cluster.delete_all()
 
 
-def wait_ready(http_url: str, timeout_s: float = 30.0) -> None:
-    """Fail unless rayton reports every model of the repository ready."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        reply = http_request(Server("rayton", http_url), "GET", "/v2/health/ready")
-        if reply.status == 200:
-            return
-        if time.monotonic() > deadline:
-            index = http_request(Server("rayton", http_url), "POST", "/v2/repository/index", {})
-            pytest.fail(f"rayton did not load the repository: {index.body.decode()}")
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def http_observations(servers) -> Observations:
     reference, rayton = servers
@@ -106,44 +83,22 @@ def grpc_observations(servers) -> Observations:
     )
 
 
-def check_case(name: str, observations: Observations) -> None:
-    """Fail on unexplained differences; xfail when only known gaps remain."""
-    for side in (observations.reference, observations.rayton):
-        assert "driver_error" not in side[name], f"the driver failed: {side[name]}"
-    mismatches, used = compare(
-        name, observations.reference[name], observations.rayton[name], ALLOWED + KNOWN_GAPS
-    )
-    assert not mismatches, "differences from Triton:\n" + "\n".join(map(str, mismatches))
-    gaps = sorted({f"{entry.fix_in}: {entry.reason}" for entry in used if entry in KNOWN_GAPS})
-    if gaps:
-        pytest.xfail("known gap(s): " + " | ".join(gaps))
-
-
 @pytest.mark.parametrize("case", [c.name for c in HTTP_CASES])
 def test_http(case: str, http_observations: Observations) -> None:
-    check_case(case, http_observations)
+    check_case(case, http_observations, ALLOWED, KNOWN_GAPS)
 
 
 @pytest.mark.parametrize("case", [c.name for c in GRPC_CASES])
 def test_grpc(case: str, grpc_observations: Observations) -> None:
-    check_case(case, grpc_observations)
+    check_case(case, grpc_observations, ALLOWED, KNOWN_GAPS)
 
 
 def test_allowlist_entries_still_match(
     http_observations: Observations, grpc_observations: Observations
 ) -> None:
     """Every allow-list entry and known gap explains at least one current difference."""
-    used: set = set()
-    for cases, observations in ((HTTP_CASES, http_observations), (GRPC_CASES, grpc_observations)):
-        for case in cases:
-            _, matched = compare(
-                case.name,
-                observations.reference[case.name],
-                observations.rayton[case.name],
-                ALLOWED + KNOWN_GAPS,
-            )
-            used |= matched
-    stale = [entry for entry in ALLOWED + KNOWN_GAPS if entry not in used]
+    runs = ((HTTP_CASES, http_observations), (GRPC_CASES, grpc_observations))
+    stale = stale_entries(runs, ALLOWED + KNOWN_GAPS, ALLOWED + KNOWN_GAPS)
     assert not stale, "entries that match no difference any more (remove them):\n" + "\n".join(
         f"{entry.case} {entry.path}: {entry.reason}" for entry in stale
     )

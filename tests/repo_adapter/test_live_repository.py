@@ -118,6 +118,47 @@ def test_a_config_override_replaces_the_config_and_is_kept(root):
     assert dropped.config.max_batch_size == 8
 
 
+def test_an_unload_forgets_the_override_as_triton_does(root):
+    repository = LiveRepository(root)
+    override = json.dumps(
+        {
+            "backend": "python",
+            "max_batch_size": 2,
+            "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [1]}],
+            "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [1]}],
+        }
+    )
+    load(repository, "first", override)
+    repository.begin_unload("first")
+    repository.unload_finished("first")
+    (model,) = repository.plan_load("first").models  # config.pbtxt again
+    assert model.config.max_batch_size == 8
+
+
+def test_an_ensemble_unloaded_with_its_member_returns_with_it(root):
+    repository = LiveRepository(root)
+    load(repository, "chain")
+    assert repository.returning_ensembles() == []
+    for name, with_member in (("chain", True), ("first", False)):
+        repository.begin_unload(name)
+        repository.unload_finished(name, with_member)
+    assert repository.returning_ensembles() == []  # its member serves nothing yet
+    load(repository, "first")
+    assert repository.returning_ensembles() == ["chain"]
+    load(repository, "chain")
+    assert repository.returning_ensembles() == []
+
+
+def test_an_ensemble_unloaded_by_itself_stays_unloaded(root):
+    repository = LiveRepository(root)
+    load(repository, "chain")
+    for name in ("chain", "first"):
+        repository.begin_unload(name)
+        repository.unload_finished(name)
+    load(repository, "first")
+    assert repository.returning_ensembles() == []
+
+
 def test_poll_sees_new_versions_config_changes_and_removals(root):
     repository = LiveRepository(root)
     for name in ("first", "second"):

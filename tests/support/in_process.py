@@ -89,13 +89,13 @@ class InProcessRepository:
             raise load_failed_error(model, record.failed_versions, record.error)
 
     async def unload(self, model: str, unload_dependents: bool = False) -> None:
-        names = [*self.repository.dependents_of(model), model]
-        for name in names:
+        dependents = self.repository.dependents_of(model)
+        for name in [*dependents, model]:
             loaded = self.models.pop(name, None)
             if loaded is not None:
                 self.repository.begin_unload(name)
                 await loaded.close()
-                self.repository.unload_finished(name)
+                self.repository.unload_finished(name, with_member=name in dependents)
 
     # ------------------------------------------------------------------ ModelCalls
 

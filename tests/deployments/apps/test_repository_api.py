@@ -116,10 +116,10 @@ def test_load_and_unload_over_http_and_grpc(explicit):
             {"name": "second", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
         ]
         assert not http.is_model_ready("second")
-        with pytest.raises(InferenceServerException, match="unloaded"):
-            infer(http, "second")
-        with pytest.raises(InferenceServerException, match="unloaded"):
-            infer(grpc, "second")
+        for client, status in ((http, "404"), (grpc, "StatusCode.NOT_FOUND")):
+            with pytest.raises(InferenceServerException, match="has no available versions") as err:
+                infer(client, "second")
+            assert err.value.status() == status
         grpc.load_model("second")
         assert infer(http, "second", 1.0) == 2.0
         http.unload_model("second")
