@@ -8,6 +8,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXAMPLES := examples/model_repository
+# rayton's host of Triton's C backend API, built with the machine's C compiler (cc); without
+# one, set-up goes on and models with C/C++ backends are unavailable, saying why.
+NATIVE := repo_adapter/backends/native
+NATIVE_HOST := $(NATIVE)/build/libtritonserver.so
 
 .PHONY: setup examples serve test test-unit lint bench bench-cpu clean
 
@@ -29,7 +33,10 @@ $(STAMP): pyproject.toml
 			--no-install-recommends prometheus)
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(NATIVE_HOST): $(STAMP) $(NATIVE)/rayton_host.c $(NATIVE)/triton_abi.h $(NATIVE)/build.py
+	-$(BIN)/python -m repo_adapter.backends.native.build
+
+setup: $(STAMP) $(NATIVE_HOST)
 
 $(EXAMPLES)/.generated: $(STAMP) examples/generate_repository.py examples/builders.py \
 		examples/minilm.py examples/text_embedding.py
@@ -38,10 +45,10 @@ $(EXAMPLES)/.generated: $(STAMP) examples/generate_repository.py examples/builde
 
 examples: $(EXAMPLES)/.generated
 
-serve: examples
+serve: setup examples
 	$(BIN)/rayton serve --model-repository $(EXAMPLES)
 
-test: examples
+test: setup examples
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -1,0 +1,500 @@
+"""Python's side of rayton's backend host (``rayton_host.c``), through ctypes.
+
+The host library is loaded once per process, globally, so every backend loaded after it
+resolves Triton's API there. Objects mirror the backend API's: a :class:`NativeBackend` (one
+library), its :class:`NativeModel` (one model version) and :class:`NativeInstance` (one
+instance). :meth:`NativeInstance.execute` hands the backend a batch of :class:`NativeRequest`
+whose inputs point at the callers' arrays; what the backend sends back, from any thread,
+arrives in the request's :class:`CompletionQueue` as :class:`ResponseEvent` and
+:class:`ReleaseEvent`. ctypes releases the GIL for every call into the host, so a backend's
+``Execute`` runs beside Python threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from repo_adapter.backends.native.build import host_library
+from repo_adapter.datatypes import (
+    deserialize_bytes_tensor,
+    protocol_to_numpy,
+    serialize_bytes_tensor,
+)
+from repo_adapter.errors import InferenceServerError, StatusCode
+
+# TRITONSERVER_DataType's values, in order from 0 (the ABI's numbering).
+DATATYPES = (
+    "INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32",
+    "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16",
+)  # fmt: skip
+# TRITONSERVER_Error_Code's values, in order from 0.
+ERROR_CODES = (
+    StatusCode.UNKNOWN,
+    StatusCode.INTERNAL,
+    StatusCode.NOT_FOUND,
+    StatusCode.INVALID_ARG,
+    StatusCode.UNAVAILABLE,
+    StatusCode.UNSUPPORTED,
+    StatusCode.ALREADY_EXISTS,
+    StatusCode.CANCELLED,
+)
+# TRITONSERVER_InstanceGroupKind's values.
+INSTANCE_KINDS = {"KIND_AUTO": 0, "KIND_CPU": 1, "KIND_GPU": 2, "KIND_MODEL": 3}
+RESPONSE_COMPLETE_FINAL = 1
+REQUEST_FLAG_SEQUENCE_START, REQUEST_FLAG_SEQUENCE_END = 1, 2
+
+_EVENT_RESPONSE, _EVENT_RELEASE = 1, 2
+_p = ctypes.c_void_p
+
+
+class _Event(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("token", ctypes.c_uint64),
+        ("flags", ctypes.c_uint32),
+        ("response", _p),
+        ("error", _p),
+        ("next", _p),
+    ]
+
+
+class _Statistics(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "success_count",
+            "failure_count",
+            "execution_count",
+            "inference_count",
+            "compute_ns",
+            "execution_ns",
+        )
+    ]
+
+
+_SIGNATURES: dict[str, tuple[object, list[object]]] = {
+    "TRITONSERVER_ErrorCode": (ctypes.c_int, [_p]),
+    "TRITONSERVER_ErrorMessage": (ctypes.c_char_p, [_p]),
+    "TRITONSERVER_ErrorDelete": (None, [_p]),
+    "rayton_set_verbose_logging": (None, [ctypes.c_int]),
+    "rayton_queue_new": (_p, []),
+    "rayton_queue_fd": (ctypes.c_int, [_p]),
+    "rayton_queue_pop": (ctypes.c_int, [_p, ctypes.POINTER(_Event)]),
+    "rayton_queue_delete": (None, [_p]),
+    "rayton_backend_load": (_p, [ctypes.c_char_p] * 4 + [ctypes.POINTER(_p)]),
+    "rayton_backend_unload": (_p, [_p]),
+    "rayton_model_new": (
+        _p,
+        [
+            _p,
+            ctypes.c_char_p,
+            ctypes.c_uint64,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_int,
+            ctypes.POINTER(_p),
+        ],
+    ),
+    "rayton_model_config": (_p, [_p]),
+    "rayton_free": (None, [_p]),
+    "rayton_model_delete": (_p, [_p]),
+    "rayton_instance_new": (
+        _p,
+        [_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int32, ctypes.POINTER(_p)],
+    ),
+    "rayton_instance_delete": (_p, [_p]),
+    "rayton_instance_statistics": (None, [_p, ctypes.POINTER(_Statistics)]),
+    "rayton_instance_execute": (_p, [_p, ctypes.POINTER(_p), ctypes.c_uint32]),
+    "rayton_request_new": (
+        _p,
+        [_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint32],
+    ),
+    "rayton_request_add_input": (
+        None,
+        [
+            _p,
+            ctypes.c_char_p,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.c_uint32,
+            _p,
+            ctypes.c_uint64,
+        ],
+    ),
+    "rayton_request_add_output": (None, [_p, ctypes.c_char_p]),
+    "rayton_request_add_string_parameter": (None, [_p, ctypes.c_char_p, ctypes.c_char_p]),
+    "rayton_request_add_int_parameter": (None, [_p, ctypes.c_char_p, ctypes.c_int64]),
+    "rayton_request_add_bool_parameter": (None, [_p, ctypes.c_char_p, ctypes.c_int]),
+    "rayton_request_add_double_parameter": (None, [_p, ctypes.c_char_p, ctypes.c_double]),
+    "rayton_request_delete": (None, [_p]),
+    "rayton_response_output_count": (ctypes.c_uint32, [_p]),
+    "rayton_response_output": (
+        None,
+        [
+            _p,
+            ctypes.c_uint32,
+            ctypes.POINTER(ctypes.c_char_p),
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
+            ctypes.POINTER(ctypes.c_uint32),
+            ctypes.POINTER(_p),
+            ctypes.POINTER(ctypes.c_uint64),
+        ],
+    ),
+    "TRITONBACKEND_ResponseDelete": (_p, [_p]),
+}
+
+_host: ctypes.CDLL | None = None
+_host_lock = threading.Lock()
+
+
+def host() -> ctypes.CDLL:
+    """The host library, loaded globally on first use (BuildError when it is not built)."""
+    global _host
+    with _host_lock:
+        if _host is None:
+            library = ctypes.CDLL(str(host_library()), mode=ctypes.RTLD_GLOBAL)
+            for name, (restype, argtypes) in _SIGNATURES.items():
+                function = getattr(library, name)
+                function.restype = restype
+                function.argtypes = argtypes
+            _host = library
+        return _host
+
+
+def take_error(error: int | None) -> InferenceServerError | None:
+    """The host's TRITONSERVER_Error as an InferenceServerError (and the error freed)."""
+    if not error:
+        return None
+    library = host()
+    code = library.TRITONSERVER_ErrorCode(error)
+    message = (library.TRITONSERVER_ErrorMessage(error) or b"").decode(errors="replace")
+    library.TRITONSERVER_ErrorDelete(error)
+    status = ERROR_CODES[code] if 0 <= code < len(ERROR_CODES) else StatusCode.UNKNOWN
+    return InferenceServerError(message, status)
+
+
+def _raise(error: int | None) -> None:
+    failure = take_error(error)
+    if failure is not None:
+        raise failure
+
+
+def _text(value: str | None) -> bytes | None:
+    return None if value is None else value.encode()
+
+
+class NativeBackend:
+    """One loaded ``libtriton_<name>.so`` (``TRITONBACKEND_Initialize`` ran)."""
+
+    def __init__(self, library: Path, name: str, config_json: str = "{}") -> None:
+        self.name = name
+        self.path = library
+        error = _p()
+        handle = host().rayton_backend_load(
+            _text(str(library)),
+            _text(name),
+            _text(config_json),
+            _text(str(library.parent)),
+            ctypes.byref(error),
+        )
+        _raise(error.value)
+        self._handle: int | None = handle
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise InferenceServerError(
+                f"backend '{self.name}' was unloaded", StatusCode.UNAVAILABLE
+            )
+        return self._handle
+
+    def unload(self) -> None:
+        """``TRITONBACKEND_Finalize`` and the library closed (its error raised)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _raise(host().rayton_backend_unload(handle))
+
+
+class NativeModel:
+    """One version of a model on a backend (``TRITONBACKEND_ModelInitialize`` ran)."""
+
+    def __init__(
+        self,
+        backend: NativeBackend,
+        name: str,
+        version: int,
+        repository: Path,
+        config_json: str,
+        auto_complete: bool = False,
+    ) -> None:
+        self.backend = backend
+        self.name = name
+        error = _p()
+        handle = host().rayton_model_new(
+            backend.handle,
+            _text(name),
+            version,
+            _text(str(repository)),
+            _text(config_json),
+            int(auto_complete),
+            ctypes.byref(error),
+        )
+        _raise(error.value)
+        self._handle: int | None = handle
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise InferenceServerError(f"model '{self.name}' was finalized", StatusCode.UNAVAILABLE)
+        return self._handle
+
+    def config_json(self) -> str:
+        """The config as the backend left it (``TRITONBACKEND_ModelSetConfig`` included)."""
+        library = host()
+        pointer = library.rayton_model_config(self.handle)
+        try:
+            return ctypes.string_at(pointer).decode()
+        finally:
+            library.rayton_free(pointer)
+
+    def finalize(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _raise(host().rayton_model_delete(handle))
+
+
+@dataclass(frozen=True)
+class InstanceStatistics:
+    """What the backend reported with ``ReportStatistics`` / ``ReportBatchStatistics``."""
+
+    success_count: int
+    failure_count: int
+    execution_count: int
+    inference_count: int
+    compute_ns: int
+    execution_ns: int
+
+
+class NativeInstance:
+    """One instance of a model (``TRITONBACKEND_ModelInstanceInitialize`` ran)."""
+
+    def __init__(
+        self, model: NativeModel, name: str, kind: str = "KIND_CPU", device_id: int = 0
+    ) -> None:
+        self.model = model
+        self.name = name
+        error = _p()
+        handle = host().rayton_instance_new(
+            model.handle, _text(name), INSTANCE_KINDS[kind], device_id, ctypes.byref(error)
+        )
+        _raise(error.value)
+        self._handle: int | None = handle
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise InferenceServerError(
+                f"instance '{self.name}' was finalized", StatusCode.UNAVAILABLE
+            )
+        return self._handle
+
+    def execute(self, requests: Sequence[NativeRequest]) -> None:
+        """``TRITONBACKEND_ModelInstanceExecute`` on ``requests`` (blocks, GIL released).
+
+        Raises the backend's error when it returned one: then it took none of the requests.
+        """
+        batch = (_p * len(requests))(*(request.handle for request in requests))
+        _raise(host().rayton_instance_execute(self.handle, batch, len(requests)))
+
+    def statistics(self) -> InstanceStatistics:
+        raw = _Statistics()
+        host().rayton_instance_statistics(self.handle, ctypes.byref(raw))
+        return InstanceStatistics(*(getattr(raw, name) for name, _ in _Statistics._fields_))
+
+    def finalize(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _raise(host().rayton_instance_delete(handle))
+
+
+@dataclass(frozen=True)
+class OutputTensor:
+    """One output of a response, copied out of the backend's buffer."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: np.ndarray
+
+
+@dataclass(frozen=True)
+class ResponseEvent:
+    """A response the backend sent for request ``token`` (or only its flags: no outputs)."""
+
+    token: int
+    final: bool
+    outputs: list[OutputTensor] = field(default_factory=list)
+    error: InferenceServerError | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseEvent:
+    """The backend released request ``token``: its inputs may be freed."""
+
+    token: int
+
+
+class CompletionQueue:
+    """Where a backend's responses and releases for a set of requests arrive, from any thread;
+    :attr:`fd` is readable while events wait."""
+
+    def __init__(self) -> None:
+        self._handle: int | None = host().rayton_queue_new()
+        self.fd: int = host().rayton_queue_fd(self._handle)
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise RuntimeError("completion queue closed")
+        return self._handle
+
+    def pop(self) -> ResponseEvent | ReleaseEvent | None:
+        """The oldest event, or None when none waits."""
+        library = host()
+        raw = _Event()
+        if not library.rayton_queue_pop(self.handle, ctypes.byref(raw)):
+            return None
+        if raw.kind == _EVENT_RELEASE:
+            return ReleaseEvent(raw.token)
+        outputs = _outputs(raw.response) if raw.response else []
+        if raw.response:
+            library.TRITONBACKEND_ResponseDelete(raw.response)
+        return ResponseEvent(
+            raw.token,
+            bool(raw.flags & RESPONSE_COMPLETE_FINAL),
+            outputs,
+            take_error(raw.error),
+        )
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            host().rayton_queue_delete(handle)
+
+
+def _outputs(response: int) -> list[OutputTensor]:
+    library = host()
+    outputs = []
+    for index in range(library.rayton_response_output_count(response)):
+        name, datatype = ctypes.c_char_p(), ctypes.c_int()
+        shape, dims = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_uint32()
+        buffer, size = _p(), ctypes.c_uint64()
+        library.rayton_response_output(
+            response,
+            index,
+            ctypes.byref(name),
+            ctypes.byref(datatype),
+            ctypes.byref(shape),
+            ctypes.byref(dims),
+            ctypes.byref(buffer),
+            ctypes.byref(size),
+        )
+        dims_tuple = tuple(shape[i] for i in range(dims.value))
+        protocol = DATATYPES[datatype.value] if 0 <= datatype.value < len(DATATYPES) else "INVALID"
+        raw = ctypes.string_at(buffer.value, size.value) if size.value else b""
+        array = _array(raw, protocol, dims_tuple)
+        outputs.append(OutputTensor((name.value or b"").decode(), protocol, dims_tuple, array))
+    return outputs
+
+
+def _array(raw: bytes, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """An output buffer as an array of its shape; BYTES as Triton's length-prefixed strings."""
+    count = int(np.prod(shape)) if shape else 1
+    if datatype == "BYTES":
+        return deserialize_bytes_tensor(raw, count).reshape(shape)
+    dtype = protocol_to_numpy(datatype)
+    expected = count * dtype.itemsize
+    if len(raw) < expected:
+        raise InferenceServerError(
+            f"output buffer holds {len(raw)} bytes, its shape {list(shape)} of {datatype} needs "
+            f"{expected}",
+            StatusCode.INTERNAL,
+        )
+    return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+
+
+class NativeRequest:
+    """One request for a backend; its input arrays stay referenced until :meth:`delete`."""
+
+    def __init__(
+        self,
+        queue: CompletionQueue,
+        token: int,
+        inputs: Mapping[str, tuple[str, np.ndarray]],
+        outputs: Sequence[str] = (),
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        flags: int = 0,
+        parameters: Mapping[str, str | int | bool | float] | None = None,
+    ) -> None:
+        library = host()
+        self.token = token
+        string_id = correlation_id if isinstance(correlation_id, str) else None
+        self._handle: int | None = library.rayton_request_new(
+            queue.handle,
+            token,
+            _text(request_id),
+            0 if string_id is not None else int(correlation_id),
+            _text(string_id),
+            flags,
+        )
+        self._buffers: list[object] = []
+        for name, (datatype, array) in inputs.items():
+            if datatype == "BYTES":
+                data = np.frombuffer(serialize_bytes_tensor(array), dtype=np.uint8)
+            else:
+                data = np.ascontiguousarray(array, dtype=protocol_to_numpy(datatype))
+            shape = (ctypes.c_int64 * max(1, array.ndim))(*array.shape)
+            self._buffers.append(data)
+            library.rayton_request_add_input(
+                self._handle,
+                _text(name),
+                DATATYPES.index(datatype),
+                shape,
+                array.ndim,
+                data.ctypes.data if data.nbytes else None,
+                data.nbytes,
+            )
+        for name in outputs:
+            library.rayton_request_add_output(self._handle, _text(name))
+        for key, value in (parameters or {}).items():
+            if isinstance(value, bool):
+                library.rayton_request_add_bool_parameter(self._handle, _text(key), int(value))
+            elif isinstance(value, int):
+                library.rayton_request_add_int_parameter(self._handle, _text(key), value)
+            elif isinstance(value, float):
+                library.rayton_request_add_double_parameter(self._handle, _text(key), value)
+            else:
+                library.rayton_request_add_string_parameter(
+                    self._handle, _text(key), _text(str(value))
+                )
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise RuntimeError("request deleted")
+        return self._handle
+
+    def delete(self) -> None:
+        """Free the request (after the backend released it, or when Execute never took it)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            host().rayton_request_delete(handle)
+        self._buffers.clear()
