@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repo_adapter.backends.native.build import BuildError, build_backend, build_host
 from repo_adapter.backends.native.host import (
     CompletionQueue,
     NativeBackend,
@@ -21,9 +20,8 @@ from repo_adapter.backends.native.host import (
     ResponseEvent,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
-from tests.support.requirements import missing
+from tests.support.native_backends import build_scale_variants
 
-SOURCES = Path(__file__).parent / "native_backends"
 CONFIG = json.dumps(
     {
         "name": "doubler",
@@ -33,22 +31,11 @@ CONFIG = json.dumps(
         "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": ["1"]}],
     }
 )
-VARIANTS = {"plain": (), "decoupled": ("DECOUPLED",), "refuses": ("FAIL_INITIALIZE",)}
-VARIANTS["no_execute"] = ("NO_EXECUTE",)
 
 
 @pytest.fixture(scope="module")
 def libraries(tmp_path_factory) -> dict[str, Path]:
-    """``libtriton_scale.so`` in each variant, each in a directory of its own."""
-    try:
-        build_host()
-    except BuildError as err:
-        missing(str(err))
-    root = tmp_path_factory.mktemp("native")
-    return {
-        variant: build_backend([SOURCES / "scale.c"], "scale", root / variant, defines)
-        for variant, defines in VARIANTS.items()
-    }
+    return build_scale_variants(tmp_path_factory.mktemp("native"))
 
 
 @pytest.fixture
