@@ -3,15 +3,19 @@ and the check of one case against the allow-list."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conformance.allowlist import Difference
 from tests.conformance.driver import Server, compare, http_request
+from tests.reference_triton import ReferenceTriton, ReferenceTritonError, require_reference_triton
+from tests.support.requirements import missing
 
 
 @dataclass
@@ -20,6 +24,30 @@ class Observations:
 
     reference: dict[str, Any]
     rayton: dict[str, Any]
+
+
+@contextlib.contextmanager
+def reference_serving(repository: Path, extra_args: Sequence[str] = ()) -> Iterator[Server]:
+    """The reference tritonserver serving ``repository`` with every model loaded (skipped
+    where it cannot run, failed in CI), stopped afterwards."""
+    require_reference_triton()
+    reference = ReferenceTriton(repository, extra_args=extra_args)
+    try:
+        reference.start()
+    except ReferenceTritonError as err:
+        reference.cleanup()
+        missing(f"reference tritonserver cannot start on this platform: {err}")
+    try:
+        not_ready = [m for m in reference.repository_index() if m.get("state") != "READY"]
+        assert not not_ready, f"the reference could not load the repository: {not_ready}"
+        yield Server(
+            "reference",
+            reference.http_url.removeprefix("http://"),
+            reference.grpc_url,
+            reference.metrics_url,
+        )
+    finally:
+        reference.cleanup()
 
 
 def wait_ready(http_url: str, timeout_s: float = 30.0) -> None:

@@ -16,11 +16,15 @@ import pytest
 
 from tests.conformance.allowlist import ALLOWED, KNOWN_GAPS
 from tests.conformance.cases import REGISTRY
-from tests.conformance.checks import Observations, check_case, stale_entries, wait_ready
+from tests.conformance.checks import (
+    Observations,
+    check_case,
+    reference_serving,
+    stale_entries,
+    wait_ready,
+)
 from tests.conformance.driver import Server, run_sequence
-from tests.reference_triton import ReferenceTriton, ReferenceTritonError, require_reference_triton
 from tests.support.ports import free_port
-from tests.support.requirements import missing
 
 pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 
@@ -32,38 +36,24 @@ GRPC_CASES = REGISTRY.for_protocol("grpc")
 @pytest.fixture(scope="module")
 def servers(serve_cluster) -> Iterator[tuple[Server, Server]]:
     """(reference, rayton) serving the conformance repository."""
-    require_reference_triton()
-    reference = ReferenceTriton(REPOSITORY)
-    try:
-        reference.start()
-    except ReferenceTritonError as err:
-        reference.cleanup()
-        missing(f"reference tritonserver cannot start on this platform: {err}")
-    try:
-        not_ready = [m for m in reference.repository_index() if m.get("state") != "READY"]
-        assert not not_ready, f"the reference could not load the repository: {not_ready}"
+    with reference_serving(REPOSITORY) as reference:
         grpc_port, metrics_port = free_port(), free_port()
-        serve_cluster.deploy_live(  # as rayton serve
-            REPOSITORY, "none", grpc_port=grpc_port, metrics_port=metrics_port
-        )
-        wait_ready(serve_cluster.http_url)
-        yield (
-            Server(
-                "reference",
-                reference.http_url.removeprefix("http://"),
-                reference.grpc_url,
-                reference.metrics_url,
-            ),
-            Server(
-                "rayton",
-                serve_cluster.http_url,
-                f"127.0.0.1:{grpc_port}",
-                f"http://127.0.0.1:{metrics_port}/metrics",
-            ),
-        )
-    finally:
-        reference.cleanup()
-        serve_cluster.delete_all()
+        try:
+            serve_cluster.deploy_live(  # as rayton serve
+                REPOSITORY, "none", grpc_port=grpc_port, metrics_port=metrics_port
+            )
+            wait_ready(serve_cluster.http_url)
+            yield (
+                reference,
+                Server(
+                    "rayton",
+                    serve_cluster.http_url,
+                    f"127.0.0.1:{grpc_port}",
+                    f"http://127.0.0.1:{metrics_port}/metrics",
+                ),
+            )
+        finally:
+            serve_cluster.delete_all()
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,16 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.allowlist import ALLOWED, EXPLICIT_ALLOWED, KNOWN_GAPS
-from tests.conformance.checks import Observations, check_case, stale_entries, wait_ready
+from tests.conformance.checks import (
+    Observations,
+    check_case,
+    reference_serving,
+    stale_entries,
+    wait_ready,
+)
 from tests.conformance.driver import Server, run_sequence
 from tests.conformance.explicit_cases import EXPLICIT_REGISTRY
-from tests.reference_triton import ReferenceTriton, ReferenceTritonError, require_reference_triton
 from tests.support.ports import free_port
-from tests.support.requirements import missing
 
 pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 
@@ -34,32 +38,22 @@ ENTRIES = ALLOWED + EXPLICIT_ALLOWED
 @pytest.fixture(scope="module")
 def observations(serve_cluster) -> Iterator[dict[str, Observations]]:
     """Both passes, per protocol, against (reference, rayton) in explicit mode."""
-    require_reference_triton()
-    reference = ReferenceTriton(
-        REPOSITORY, extra_args=["--model-control-mode=explicit", "--load-model=*"]
-    )
-    try:
-        reference.start()
-    except ReferenceTritonError as err:
-        reference.cleanup()
-        missing(f"reference tritonserver cannot start on this platform: {err}")
-    try:
-        not_ready = [m for m in reference.repository_index() if m.get("state") != "READY"]
-        assert not not_ready, f"the reference could not load the repository: {not_ready}"
+    explicit = ["--model-control-mode=explicit", "--load-model=*"]
+    with reference_serving(REPOSITORY, explicit) as reference:
         grpc_port = free_port()
-        serve_cluster.deploy_live(REPOSITORY, "explicit", load_models=["*"], grpc_port=grpc_port)
-        wait_ready(serve_cluster.http_url, timeout_s=120)
-        servers = (
-            Server("reference", reference.http_url.removeprefix("http://"), reference.grpc_url),
-            Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}"),
-        )
-        yield {
-            protocol: Observations(*(run_sequence(s, cases, protocol) for s in servers))
-            for protocol, cases in (("http", HTTP_CASES), ("grpc", GRPC_CASES))
-        }
-    finally:
-        reference.cleanup()
-        serve_cluster.delete_all()
+        rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
+        try:
+            serve_cluster.deploy_live(
+                REPOSITORY, "explicit", load_models=["*"], grpc_port=grpc_port
+            )
+            wait_ready(serve_cluster.http_url, timeout_s=120)
+            servers = (reference, rayton)
+            yield {
+                protocol: Observations(*(run_sequence(s, cases, protocol) for s in servers))
+                for protocol, cases in (("http", HTTP_CASES), ("grpc", GRPC_CASES))
+            }
+        finally:
+            serve_cluster.delete_all()
 
 
 @pytest.mark.parametrize("case", [c.name for c in HTTP_CASES])

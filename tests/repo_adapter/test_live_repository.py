@@ -12,6 +12,16 @@ from repo_adapter.live_repository import LiveRepository, load_failed_error
 from repo_adapter.model_state import ModelState, VersionState
 from tests.support.live_models import write_adder, write_chain
 
+# A config override for the adders: max_batch_size 2 instead of config.pbtxt's 8.
+BATCH_OF_TWO = json.dumps(
+    {
+        "backend": "python",
+        "max_batch_size": 2,
+        "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [1]}],
+        "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [1]}],
+    }
+)
+
 
 @pytest.fixture
 def root(tmp_path):
@@ -101,14 +111,7 @@ def test_unknown_models_and_bad_overrides_are_not_polled(root):
 
 def test_a_config_override_replaces_the_config_and_is_kept(root):
     repository = LiveRepository(root)
-    override = json.dumps(
-        {
-            "backend": "python",
-            "max_batch_size": 2,
-            "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [1]}],
-            "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [1]}],
-        }
-    )
+    override = BATCH_OF_TWO
     (model,) = repository.plan_load("first", override).models
     assert model.config.max_batch_size == 2
     repository.begin_load(model)
@@ -120,14 +123,7 @@ def test_a_config_override_replaces_the_config_and_is_kept(root):
 
 def test_an_unload_forgets_the_override_as_triton_does(root):
     repository = LiveRepository(root)
-    override = json.dumps(
-        {
-            "backend": "python",
-            "max_batch_size": 2,
-            "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [1]}],
-            "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [1]}],
-        }
-    )
+    override = BATCH_OF_TWO
     load(repository, "first", override)
     repository.begin_unload("first")
     repository.unload_finished("first")

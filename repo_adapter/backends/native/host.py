@@ -190,11 +190,36 @@ def _text(value: str | None) -> bytes | None:
     return None if value is None else value.encode()
 
 
-class NativeBackend:
+class _HostObject:
+    """An object of the host that Python owns: its handle, until it is finalized."""
+
+    kind = ""
+
+    def __init__(self, name: str, handle: int) -> None:
+        self.name = name
+        self._handle: int | None = handle
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise InferenceServerError(
+                f"{self.kind} '{self.name}' was finalized", StatusCode.UNAVAILABLE
+            )
+        return self._handle
+
+    def _finalize_with(self, delete) -> None:
+        """Run the host's finalizer once; the backend's error, if any, is raised."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _raise(delete(handle))
+
+
+class NativeBackend(_HostObject):
     """One loaded ``libtriton_<name>.so`` (``TRITONBACKEND_Initialize`` ran)."""
 
+    kind = "backend"
+
     def __init__(self, library: Path, name: str, config_json: str = "{}") -> None:
-        self.name = name
         self.path = library
         error = _p()
         handle = host().rayton_backend_load(
@@ -205,25 +230,17 @@ class NativeBackend:
             ctypes.byref(error),
         )
         _raise(error.value)
-        self._handle: int | None = handle
-
-    @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise InferenceServerError(
-                f"backend '{self.name}' was unloaded", StatusCode.UNAVAILABLE
-            )
-        return self._handle
+        super().__init__(name, handle)
 
     def unload(self) -> None:
         """``TRITONBACKEND_Finalize`` and the library closed (its error raised)."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            _raise(host().rayton_backend_unload(handle))
+        self._finalize_with(host().rayton_backend_unload)
 
 
-class NativeModel:
+class NativeModel(_HostObject):
     """One version of a model on a backend (``TRITONBACKEND_ModelInitialize`` ran)."""
+
+    kind = "model"
 
     def __init__(
         self,
@@ -235,7 +252,6 @@ class NativeModel:
         auto_complete: bool = False,
     ) -> None:
         self.backend = backend
-        self.name = name
         error = _p()
         handle = host().rayton_model_new(
             backend.handle,
@@ -247,13 +263,7 @@ class NativeModel:
             ctypes.byref(error),
         )
         _raise(error.value)
-        self._handle: int | None = handle
-
-    @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise InferenceServerError(f"model '{self.name}' was finalized", StatusCode.UNAVAILABLE)
-        return self._handle
+        super().__init__(name, handle)
 
     def config_json(self) -> str:
         """The config as the backend left it (``TRITONBACKEND_ModelSetConfig`` included)."""
@@ -265,9 +275,7 @@ class NativeModel:
             library.rayton_free(pointer)
 
     def finalize(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            _raise(host().rayton_model_delete(handle))
+        self._finalize_with(host().rayton_model_delete)
 
 
 @dataclass(frozen=True)
@@ -282,28 +290,21 @@ class InstanceStatistics:
     execution_ns: int
 
 
-class NativeInstance:
+class NativeInstance(_HostObject):
     """One instance of a model (``TRITONBACKEND_ModelInstanceInitialize`` ran)."""
+
+    kind = "instance"
 
     def __init__(
         self, model: NativeModel, name: str, kind: str = "KIND_CPU", device_id: int = 0
     ) -> None:
         self.model = model
-        self.name = name
         error = _p()
         handle = host().rayton_instance_new(
             model.handle, _text(name), INSTANCE_KINDS[kind], device_id, ctypes.byref(error)
         )
         _raise(error.value)
-        self._handle: int | None = handle
-
-    @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise InferenceServerError(
-                f"instance '{self.name}' was finalized", StatusCode.UNAVAILABLE
-            )
-        return self._handle
+        super().__init__(name, handle)
 
     def execute(self, requests: Sequence[NativeRequest]) -> None:
         """``TRITONBACKEND_ModelInstanceExecute`` on ``requests`` (blocks, GIL released).
@@ -319,9 +320,7 @@ class NativeInstance:
         return InstanceStatistics(*(getattr(raw, name) for name, _ in _Statistics._fields_))
 
     def finalize(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            _raise(host().rayton_instance_delete(handle))
+        self._finalize_with(host().rayton_instance_delete)
 
 
 @dataclass(frozen=True)
