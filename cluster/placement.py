@@ -26,6 +26,8 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from repo_adapter.backends import is_registered
+
 _GROUP = mc.ModelInstanceGroup
 
 # Logical CPU a CPU instance reserves: none, as Triton reserves none for an instance, so any
@@ -101,7 +103,8 @@ class ModelPlacement:
     model: str
     groups: list[ReplicaGroup]
     notes: list[str] = field(default_factory=list)
-    # Needs processes of its own (an environment of its own: EXECUTION_ENV_PATH, a runtime_env)
+    # Needs processes of its own (an environment of its own: EXECUTION_ENV_PATH, a runtime_env;
+    # a C/C++ backend's native code)
     isolated: bool = False
 
     @property
@@ -215,7 +218,9 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
         group.autoscaling_config = scaling
         if runtime_env is not None:
             group.ray_actor_options["runtime_env"] = copy.deepcopy(runtime_env)
-    isolated = runtime_env is not None or EXECUTION_ENV_PARAMETER in config.parameters
+    # A C/C++ backend's native code in the shared host could take every hosted model down.
+    native = bool(config.backend) and not is_registered(config.backend)
+    isolated = native or runtime_env is not None or EXECUTION_ENV_PARAMETER in config.parameters
     if len(placed) == 1:  # one deployment: named after the model, as YAML overrides expect
         placed[0].name = name
     else:

@@ -14,8 +14,20 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from repo_adapter.backends import backend_class, backend_for_platform, probe_order
+from repo_adapter.backends import (
+    backend_class,
+    backend_for_platform,
+    is_registered,
+    probe_order,
+    supported_backends,
+)
 from repo_adapter.backends.base import ModelVersion
+from repo_adapter.backends.native.locate import (
+    DEFAULT_BACKEND_DIRECTORY,
+    backend_library,
+    library_name,
+    search_paths,
+)
 from repo_adapter.config import (
     CONFIG_FILENAME,
     ENSEMBLE_PLATFORM,
@@ -40,6 +52,7 @@ class RepositoryModel:
     labels: dict[str, list[str]] = field(default_factory=dict)
     error: str = ""
     needs_device: bool = False  # error is a device the cluster lacks, not a broken model
+    backend_library: Path | None = None  # a Triton C/C++ backend's libtriton_<name>.so
 
     @property
     def available(self) -> bool:
@@ -51,7 +64,7 @@ class RepositoryModel:
 
     def model_version(self, version: int) -> ModelVersion:
         assert self.config is not None
-        return ModelVersion(self.name, version, self.config, self.path)
+        return ModelVersion(self.name, version, self.config, self.path, self.backend_library)
 
 
 def scan_repository(
@@ -105,16 +118,22 @@ def _complete_ensembles(
 
 
 def scan_model(
-    model_dir: Path, gpu_ids: Sequence[int] = (), config_override: mc.ModelConfig | None = None
+    model_dir: Path,
+    gpu_ids: Sequence[int] = (),
+    config_override: mc.ModelConfig | None = None,
+    backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
 ) -> RepositoryModel:
     """Scan one model directory; failures are captured in ``RepositoryModel.error``.
 
     ``config_override`` replaces ``config.pbtxt`` (a repository ``load`` with a ``config``).
+    ``backend_directory``: where a C/C++ backend's library is looked for last.
     """
     model = RepositoryModel(name=model_dir.name, path=model_dir)
     try:
         model.config = _complete_config(model_dir, gpu_ids, config_override)
         model.versions = select_versions(model.config, available_versions(model_dir))
+        if not model.is_ensemble and not is_registered(model.config.backend):
+            model.backend_library = _native_library(model, backend_directory)
         if not model.is_ensemble:
             for version in model.versions:
                 _check_model_file(model.model_version(version))
@@ -127,6 +146,22 @@ def scan_model(
         model.needs_device = isinstance(err, NoDeviceError)
         logger.error("model '%s' is unavailable: %s", model.name, err.message)
     return model
+
+
+def _native_library(model: RepositoryModel, backend_directory: str) -> Path:
+    """The C/C++ library of a backend rayton does not have itself, as Triton finds it."""
+    assert model.config is not None
+    backend = model.config.backend
+    found = backend_library(backend, model.path, model.versions, backend_directory)
+    if found is None:
+        searched = search_paths(backend, model.path, model.versions, backend_directory)
+        raise ModelConfigError(
+            f"unable to find backend library '{library_name(backend)}' for model "
+            f"'{model.name}' (backend '{backend}' is none of rayton's: "
+            f"{', '.join(supported_backends())}), searched: "
+            f"{', '.join(str(p.parent) for p in searched)}"
+        )
+    return found
 
 
 def select_versions(config: mc.ModelConfig, on_disk: Sequence[int]) -> list[int]:
@@ -173,7 +208,7 @@ def _complete_config(
         )
     config.name = model_dir.name
     _fill_backend_fields(config, model_dir)
-    if config.platform != ENSEMBLE_PLATFORM:
+    if config.platform != ENSEMBLE_PLATFORM and is_registered(config.backend):
         backend_class(config.backend).auto_complete_config(config, model_dir)
     normalize_config(config, gpu_ids)
     validate_config(config, source, gpu_ids)
@@ -195,7 +230,9 @@ def _fill_backend_fields(config: mc.ModelConfig, model_dir: Path) -> None:
             config.backend = backend
         else:
             config.backend = _probe_backend(config, model_dir)
-    backend = backend_class(config.backend)  # raises the unsupported-backend error
+    if not is_registered(config.backend):
+        return  # a C/C++ backend's library, looked for once the versions are known
+    backend = backend_class(config.backend)
     if backend.platforms and config.platform not in ("", *backend.platforms):
         raise ModelConfigError(
             f"unexpected 'platform' and 'backend' pair for model '{config.name}', got: "

@@ -38,6 +38,7 @@ from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_D
 from deployments.apps.repository_controller import RepositoryController
 from deployments.apps.server_args import (
     DEFAULT_PYTHON_INSTANCES,
+    BackendDirectory,
     PythonInstances,
     ServerAppArgs,
 )
@@ -45,6 +46,7 @@ from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME, TritonSer
 from deployments.grpc.server import GrpcSpec
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.metrics.options import MetricsAppArgs
+from repo_adapter.backends.native.locate import DEFAULT_BACKEND_DIRECTORY
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.live_repository import LiveRepository
 from repo_adapter.repository import RepositoryModel
@@ -68,6 +70,7 @@ class ModelAppArgs(BaseModel):
     # Triton's --http-max-input-size: the largest inference request body this model takes
     http_max_input_size: int = Field(DEFAULT_MAX_INPUT_SIZE, gt=0)
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
+    backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
 
 
 class GrpcAppArgs(BaseModel):
@@ -103,11 +106,15 @@ def model_route_prefix(model: str) -> str:
 
 
 def scan_for_serving(
-    repository: str | Path, models: list[str] | None = None, gpu_ids: list[int] | None = None
+    repository: str | Path,
+    models: list[str] | None = None,
+    gpu_ids: list[int] | None = None,
+    backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
 ) -> dict[str, RepositoryModel]:
     """Each model of the repository (or of ``models``) as a load would scan it, against the
     GPUs ``gpu_ids`` (None: those of the connected cluster)."""
-    live = LiveRepository(repository, cluster_gpu_ids() if gpu_ids is None else gpu_ids)
+    gpus = cluster_gpu_ids() if gpu_ids is None else gpu_ids
+    live = LiveRepository(repository, gpus, backend_directory=backend_directory)
     names = [n for n in live.model_names() if models is None or n in models]
     return {name: live.plan_load(name).models[-1] for name in names}
 
@@ -183,6 +190,7 @@ def plan_applications(
     http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     nodes: list[dict[str, float]] | None = None,
     python_instances: str = DEFAULT_PYTHON_INSTANCES,
+    backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
 ) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
     """A Serve config's applications: the front ones, then one per available model.
 
@@ -195,7 +203,7 @@ def plan_applications(
         gpu_ids = None
     else:
         gpu_ids = list(range(int(max((n.get("GPU", 0) for n in nodes), default=0))))
-    scanned = scan_for_serving(repository, models, gpu_ids)
+    scanned = scan_for_serving(repository, models, gpu_ids, backend_directory)
     plans = []
     for name, model in scanned.items():
         if not model.available:
@@ -210,6 +218,8 @@ def plan_applications(
             args["http_max_input_size"] = http_max_input_size
         if python_instances != DEFAULT_PYTHON_INSTANCES:
             args["python_instances"] = python_instances
+        if backend_directory != DEFAULT_BACKEND_DIRECTORY:
+            args["backend_directory"] = backend_directory
         plans.append(
             AppPlan(
                 name=name,
@@ -227,7 +237,9 @@ def build_model_app(args: ModelAppArgs) -> Application:
     """Serve application of one model (``import_path`` target)."""
     if isinstance(args, dict):
         args = ModelAppArgs.model_validate(args)
-    repository = LiveRepository(args.model_repository, cluster_gpu_ids())
+    repository = LiveRepository(
+        args.model_repository, cluster_gpu_ids(), backend_directory=args.backend_directory
+    )
     model = repository.plan_load(args.model).models[-1]
     if not model.available:
         raise InferenceServerError(f"model '{args.model}' is unavailable: {model.error}")

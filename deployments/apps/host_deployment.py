@@ -141,6 +141,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
                 spec.labels,
                 instances,
                 admission=serve_batch_admission,
+                backend_library=spec.native_library(),
             )
 
         return spec_generation(entry["spec"]), load_model

@@ -80,7 +80,10 @@ class RepositoryController:
     def __init__(self, spec: ServerAppArgs) -> None:
         self.spec = spec
         self.repository = LiveRepository(
-            spec.model_repository, cluster_gpu_ids(), spec.model_file_override_dir
+            spec.model_repository,
+            cluster_gpu_ids(),
+            spec.model_file_override_dir,
+            spec.backend_directory,
         )
         self.homes = ModelHomes(
             ServeModelApps(),

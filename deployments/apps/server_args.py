@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from deployments.command_flag import Flag
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.observability.log_settings import LogSettings
+from repo_adapter.backends.native.locate import DEFAULT_BACKEND_DIRECTORY
 
 DEFAULT_POLL_SECS = 15.0
 # A model whose replicas are not all up by then is UNAVAILABLE (its application is removed).
@@ -40,6 +41,17 @@ PythonInstances = Annotated[
     Flag(),
 ]
 DEFAULT_PYTHON_INSTANCES = "stub-process"
+
+# Where C/C++ backends not kept in a model's own directory are; `rayton build` takes it too.
+BackendDirectory = Annotated[
+    str,
+    Field(
+        description='where a model\'s C/C++ backend (backend: "<name>" naming none of '
+        "rayton's) is looked for after the model's version and model directories: "
+        "DIR/<name>/libtriton_<name>.so, as Triton's --backend-directory"
+    ),
+    Flag(metavar="DIR"),
+]
 
 
 class ServerAppArgs(BaseModel):
@@ -93,6 +105,7 @@ class ServerAppArgs(BaseModel):
         "cores and a request goes on to another replica while one restarts",
     )
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
+    backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
     # None refuses Triton's file: parameters (model code from the network).
     model_file_override_dir: Annotated[str | None, Flag(metavar="DIR")] = Field(
         None,

@@ -12,6 +12,7 @@ from deployments.apps.builders import plan_applications
 from deployments.apps.serve_config import serve_config, write_serve_config
 from deployments.apps.server_args import (
     DEFAULT_PYTHON_INSTANCES,
+    BackendDirectory,
     HttpMaxInputSize,
     PythonInstances,
 )
@@ -19,6 +20,7 @@ from deployments.cli.flags import add_settings_command
 from deployments.cli.settings import Endpoints, selected_models
 from deployments.command_flag import Flag
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
+from repo_adapter.backends.native.locate import DEFAULT_BACKEND_DIRECTORY
 from repo_adapter.model_state import ModelState
 from repo_adapter.repository import RepositoryModel
 
@@ -32,6 +34,7 @@ class BuildSettings(BaseModel):
     endpoints: Endpoints = Field(default_factory=Endpoints)
     http_max_input_size: HttpMaxInputSize = DEFAULT_MAX_INPUT_SIZE
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
+    backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
     models: Annotated[list[str] | None, Flag("--load-model", metavar="NAME")] = Field(
         None, description="only these models (repeatable; '*' for all)"
     )
@@ -52,6 +55,7 @@ def run(settings: BuildSettings) -> int:
         metrics=endpoints.metrics_app_args(),
         http_max_input_size=settings.http_max_input_size,
         python_instances=settings.python_instances,
+        backend_directory=settings.backend_directory,
     )
     config = serve_config(plans, http_host=endpoints.http_host, http_port=endpoints.http_port)
     header = (

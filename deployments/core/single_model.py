@@ -21,7 +21,7 @@ from deployments.core.batching import AdmissionFactory, BatchPolicy, DynamicBatc
 from deployments.core.served_model import ModelMetadata, model_metadata, select_outputs
 from deployments.observability.statistics import ModelStatistics, VersionMetrics, VersionStatistics
 from deployments.observability.tracing import TRACER, child_trace
-from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, backend_class
+from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, model_backend_class
 from repo_adapter.config import ConfigDocument, config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
@@ -54,12 +54,14 @@ class SingleModel:
         labels: dict[str, list[str]],
         instance: InstanceSpec | Sequence[InstanceSpec],
         admission: AdmissionFactory | None = None,
+        backend_library: Path | None = None,
     ) -> None:
         """Load ``versions`` of the model in ``model_dir`` as ``instance`` (or instances: each
         loads every version and runs batches in parallel with the others).
 
         ``admission`` is the batcher's admission stage (``@serve.batch`` in a replica; None
-        sends requests straight to the batch queue).
+        sends requests straight to the batch queue). ``backend_library``: the Triton C/C++
+        backend the repository scan found for the config's backend (None: one of rayton's).
         """
         self.config = config
         self.name = config.name
@@ -76,14 +78,15 @@ class SingleModel:
         self._admission = admission
         instances = [instance] if isinstance(instance, InstanceSpec) else list(instance)
         for version in versions:
-            self._load_version(ModelVersion(self.name, version, config, model_dir), instances)
+            model = ModelVersion(self.name, version, config, model_dir, backend_library)
+            self._load_version(model, instances)
 
     def _load_version(self, model: ModelVersion, instances: list[InstanceSpec]) -> None:
         backends: list[Backend] = []
         started = time.monotonic()
         try:
             for instance in instances:
-                backend = backend_class(model.config.backend).for_instance(model, instance)
+                backend = model_backend_class(model).for_instance(model, instance)
                 backends.append(backend)
                 backend.load()
                 run_warmup(backend, model.config, model.model_dir)  # ready once warmed up

@@ -32,6 +32,8 @@ __all__ = [
     "backend_class",
     "backend_classes",
     "backend_for_platform",
+    "is_registered",
+    "model_backend_class",
     "probe_order",
     "supported_backends",
 ]
@@ -64,6 +66,22 @@ def _registered() -> dict[str, str]:
 
 def supported_backends() -> tuple[str, ...]:
     return tuple(_registered())
+
+
+def is_registered(backend: str) -> bool:
+    """Whether ``backend`` names one of rayton's (or a plugin's) Python backends; any other
+    name is a Triton C/C++ backend library's (:mod:`repo_adapter.backends.native`)."""
+    return backend in _registered()
+
+
+def model_backend_class(model: ModelVersion) -> type[Backend]:
+    """The class serving ``model``: its C/C++ library's when the scan found one, else the
+    registered backend its config names."""
+    if model.backend_library is not None:
+        from repo_adapter.backends.native.backend import native_backend_class
+
+        return native_backend_class(model.config.backend, model.backend_library)
+    return backend_class(model.config.backend)
 
 
 @functools.cache

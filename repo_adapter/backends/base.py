@@ -56,6 +56,7 @@ class ModelVersion:
     version: int
     config: mc.ModelConfig
     model_dir: Path
+    backend_library: Path | None = None  # a Triton C/C++ backend's libtriton_<name>.so
 
     @property
     def version_dir(self) -> Path:

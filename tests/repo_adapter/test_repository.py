@@ -102,7 +102,7 @@ BROKEN = {
     ),
     "unknown_backend": (
         {"config": f'backend: "no_such_backend"\n{IO}'},
-        ["unsupported backend", "no_such_backend"],
+        ["unable to find backend library 'libtriton_no_such_backend.so'", "none of rayton's"],
     ),
     "missing_model_file": (
         {"model_file": None},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import threading
 from collections.abc import Sequence
@@ -242,6 +243,7 @@ class NativeTritonBackend(Backend):
         )
 
 
+@functools.cache
 def native_backend_class(name: str, library: Path) -> type[NativeTritonBackend]:
     """A Backend class for models whose config says ``backend: "<name>"``, served by
     ``library``."""

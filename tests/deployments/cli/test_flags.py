@@ -22,6 +22,7 @@ ENDPOINT_FLAGS = {
     "--grpc-host",
     "--http-max-input-size",
     "--python-instances",
+    "--backend-directory",
     "--metrics-port",
     "--metrics-address",
     "--allow-metrics",

@@ -1,0 +1,89 @@
+"""Models served by Triton C backends (``libtriton_<name>.so`` written here in C) on a live
+rayton: found where Triton looks (the model's directory, then ``--backend-directory``), in
+applications of their own, answering tritonclient over HTTP and gRPC; a model whose library
+is missing or whose backend refuses to initialize is UNAVAILABLE with the reason, and the
+others serve."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support.native_backends import build_scale_variants
+from tests.support.ports import free_port
+
+pytestmark = pytest.mark.cluster
+
+CONFIG = """\
+backend: "scale"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching { }
+"""
+
+
+@pytest.fixture(scope="module")
+def server(serve_cluster, tmp_path_factory):
+    libraries = build_scale_variants(tmp_path_factory.mktemp("native-libraries"))
+    root = tmp_path_factory.mktemp("native") / "repository"
+    backends = root.parent / "backends"
+    # in_model_dir: its own copy; from_backend_dir: found under --backend-directory;
+    # refusing: its library's Initialize fails; no_library: nowhere to be found.
+    for name in ("in_model_dir", "from_backend_dir", "refusing", "no_library"):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(CONFIG)
+    shutil.copy(libraries["plain"], root / "in_model_dir" / "libtriton_scale.so")
+    shutil.copy(libraries["refuses"], root / "refusing" / "1" / "libtriton_scale.so")
+    (backends / "scale").mkdir(parents=True)
+    shutil.copy(libraries["plain"], backends / "scale" / "libtriton_scale.so")
+    (root / "no_library" / "config.pbtxt").write_text(CONFIG.replace('"scale"', '"absent"'))
+    (root / "from_backend_dir" / "config.pbtxt").write_text(CONFIG)
+    grpc_port = free_port()
+    serve_cluster.deploy_live(root, "none", grpc_port=grpc_port, backend_directory=str(backends))
+    serve_cluster.wait_for_repository()
+    yield serve_cluster.http_url, f"127.0.0.1:{grpc_port}"
+    serve_cluster.delete_all()
+
+
+def infer(module, url: str, model: str, values: list[float]) -> np.ndarray:
+    with module.InferenceServerClient(url) as client:
+        data = np.array(values, np.float32).reshape(-1, 1)
+        tensor = module.InferInput("IN", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        return client.infer(model, [tensor]).as_numpy("OUT")
+
+
+def test_native_models_answer_over_http_and_grpc_from_applications_of_their_own(server):
+    from ray import serve
+
+    http_url, grpc_url = server
+    # Never in the shared CPU host: native code that crashes takes only its own replicas.
+    assert {"in_model_dir", "from_backend_dir"} <= set(serve.status().applications)
+    for model in ("in_model_dir", "from_backend_dir"):
+        np.testing.assert_array_equal(infer(httpclient, http_url, model, [1, 2]), [[2], [4]])
+        np.testing.assert_array_equal(infer(grpcclient, grpc_url, model, [3.5]), [[7.0]])
+
+
+def test_a_backends_error_reaches_the_client_with_its_code(server):
+    http_url, _ = server
+    with pytest.raises(InferenceServerException) as failed:
+        infer(httpclient, http_url, "in_model_dir", [-1])
+    assert failed.value.status() == "400"
+    assert failed.value.message() == "scale: negative input"
+
+
+def test_broken_native_models_are_unavailable_with_the_reason(server):
+    http_url, _ = server
+    with httpclient.InferenceServerClient(http_url) as client:
+        index = {entry["name"]: entry for entry in client.get_model_repository_index()}
+    assert index["in_model_dir"]["state"] == "READY"
+    assert index["refusing"]["state"] == "UNAVAILABLE"
+    assert "scale: initialize refused" in index["refusing"]["reason"]
+    assert index["no_library"]["state"] == "UNAVAILABLE"
+    assert "unable to find backend library 'libtriton_absent.so'" in index["no_library"]["reason"]
