@@ -7,9 +7,11 @@ Python API, on a model repository of our choosing:
 * a private workspace holds ``backends/python/`` (``libtriton_python.so``,
   ``triton_python_backend_utils.py`` and the ``triton_python_backend_stub`` built for the
   running Python version), because the bundled tree has no stub in place;
-* ``LD_LIBRARY_PATH`` starts with the running Python's ``lib`` directory (the stub links
-  ``libpython3.X.so``; a different build of the same version breaks model loading) followed
-  by ``nvidia_pytriton.libs`` (the bundled shared libraries);
+* ``LD_LIBRARY_PATH`` starts with the workspace's ``lib`` (``libtritonserver.so``, a link to
+  the bundled library the wheel renamed, for C backends linked against that name), the
+  running Python's ``lib`` directory (the stub links ``libpython3.X.so``; a different build of
+  the same version breaks model loading), then ``nvidia_pytriton.libs`` (the bundled shared
+  libraries);
 * ``PATH`` starts with the ``bin`` directory of the stubs' Python environment (see
   :func:`stub_bin_dir`), so the stub's Python finds its packages (``numpy`` < 2 is required
   by the 2.51 backend utilities);
@@ -105,11 +107,18 @@ def _stub_path(server_root: Path) -> Path:
 REFERENCE_VENV_ENV = "RAYTON_REFERENCE_VENV"
 
 
-def server_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for the binary and its Python-backend stubs (see the module docstring)."""
+def server_environment(
+    base: dict[str, str] | None = None, library_dirs: Sequence[Path] = ()
+) -> dict[str, str]:
+    """Environment for the binary and its Python-backend stubs (see the module docstring);
+    ``library_dirs`` go first on ``LD_LIBRARY_PATH``."""
     env = dict(os.environ if base is None else base)
     server_root = _server_root()
-    libs = [str(Path(sys.base_prefix) / "lib"), str(_libs_dir(server_root))]
+    libs = [
+        *map(str, library_dirs),
+        str(Path(sys.base_prefix) / "lib"),
+        str(_libs_dir(server_root)),
+    ]
     if env.get("LD_LIBRARY_PATH"):
         libs.append(env["LD_LIBRARY_PATH"])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
@@ -359,6 +368,12 @@ class ReferenceTriton:
         for name in _PYTHON_BACKEND_FILES:
             shutil.copy2(server_root / "backends" / "python" / name, python_dir / name)
         shutil.copy2(stub, python_dir / _STUB_NAME)
+        # The wheel renamed libtritonserver.so (auditwheel); a C backend built against Triton
+        # (or rayton's host) needs it under its own name. The link is the same file, so the
+        # loader reuses the copy the server already has.
+        (renamed,) = _libs_dir(server_root).glob("libtritonserver-*.so")
+        (self.workspace / "lib").mkdir()
+        (self.workspace / "lib" / "libtritonserver.so").symlink_to(renamed)
         self.log_path = self.workspace / "tritonserver.log"
 
     def _launch(self) -> None:
@@ -368,7 +383,7 @@ class ReferenceTriton:
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._process = subprocess.Popen(
             self.command(),
-            env=server_environment(),
+            env=server_environment(library_dirs=[self.workspace / "lib"]),
             cwd=self.workspace,
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,

@@ -17,9 +17,17 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from tests.conformance.allowlist import ALLOWED, EXPLICIT_ALLOWED, KNOWN_GAPS, Difference
+from tests.conformance.allowlist import (
+    ALLOWED,
+    EXPLICIT_ALLOWED,
+    KNOWN_GAPS,
+    NATIVE_ALLOWED,
+    NATIVE_KNOWN_GAPS,
+    Difference,
+)
 from tests.conformance.cases import CASES, MODELS, NOT_COMPARED
 from tests.conformance.explicit_cases import EXPLICIT_REGISTRY
+from tests.conformance.native_cases import NATIVE_REGISTRY
 
 REPOSITORY = Path(__file__).parent / "model_repository"
 
@@ -39,6 +47,8 @@ GROUP_TITLES = {
     "metrics": "Prometheus metrics (`/metrics`: families, types, labels, per-model counts)",
     "explicit": "Explicit model control (`--model-control-mode explicit --load-model '*'` on "
     "both, `tests/conformance/test_explicit_mode.py`)",
+    "native": "A C backend (the same `libtriton_scale.so` built here, loaded by both, "
+    "`tests/conformance/test_native_backends.py`)",
 }
 
 
@@ -64,7 +74,8 @@ def case_lines() -> list[str]:
     """Checked cases, grouped, as a markdown list; per-model cases are listed once."""
     lines = []
     for group, title in GROUP_TITLES.items():
-        cases = [case for case in (*CASES, *EXPLICIT_REGISTRY.cases) if case.group == group]
+        every = (*CASES, *EXPLICIT_REGISTRY.cases, *NATIVE_REGISTRY.cases)
+        cases = [case for case in every if case.group == group]
         counts = Counter(_generic(case.description) for case in cases)
         items = _unique(
             f"{_generic(c.description)} (each model)"
@@ -129,14 +140,14 @@ def render() -> str:
         "",
         "### Different by design",
         "",
-        *difference_lines(ALLOWED + EXPLICIT_ALLOWED),
+        *difference_lines(ALLOWED + EXPLICIT_ALLOWED + NATIVE_ALLOWED),
         "",
     ]
-    if KNOWN_GAPS:
+    if KNOWN_GAPS or NATIVE_KNOWN_GAPS:
         parts += [
             "### Known gaps (to be fixed; reported as expected failures)",
             "",
-            *difference_lines(KNOWN_GAPS, with_fix=True),
+            *difference_lines(KNOWN_GAPS + NATIVE_KNOWN_GAPS, with_fix=True),
             "",
         ]
     parts += [

@@ -1,0 +1,70 @@
+"""rayton against the real Triton for a C backend: the same ``libtriton_scale.so`` (built here
+from ``scale.c`` with the project's build module) served by the reference tritonserver 2.51
+and by rayton, the cases of :mod:`tests.conformance.native_cases` over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conformance.allowlist import ALLOWED, NATIVE_ALLOWED, NATIVE_KNOWN_GAPS
+from tests.conformance.checks import (
+    Observations,
+    check_case,
+    reference_serving,
+    stale_entries,
+    wait_ready,
+)
+from tests.conformance.driver import Server, run_sequence
+from tests.conformance.native_cases import CONFIG, MODEL, NATIVE_REGISTRY
+from tests.support.native_backends import build_scale_variants
+from tests.support.ports import free_port
+
+pytestmark = [pytest.mark.reference, pytest.mark.cluster]
+
+HTTP_CASES = NATIVE_REGISTRY.for_protocol("http")
+GRPC_CASES = NATIVE_REGISTRY.for_protocol("grpc")
+ENTRIES = ALLOWED + NATIVE_ALLOWED
+
+
+@pytest.fixture(scope="module")
+def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observations]]:
+    library = build_scale_variants(tmp_path_factory.mktemp("native-build"))["plain"]
+    repository = tmp_path_factory.mktemp("native-conformance") / "repository"
+    (repository / MODEL / "1").mkdir(parents=True)
+    (repository / MODEL / "config.pbtxt").write_text(CONFIG)
+    shutil.copy(library, repository / MODEL / "libtriton_scale.so")
+    with reference_serving(repository) as reference:
+        grpc_port = free_port()
+        rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
+        try:
+            serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
+            wait_ready(serve_cluster.http_url, timeout_s=120)
+            yield {
+                protocol: Observations(
+                    *(run_sequence(s, cases, protocol) for s in (reference, rayton))
+                )
+                for protocol, cases in (("http", HTTP_CASES), ("grpc", GRPC_CASES))
+            }
+        finally:
+            serve_cluster.delete_all()
+
+
+@pytest.mark.parametrize("case", [c.name for c in HTTP_CASES])
+def test_http(case: str, observations: dict[str, Observations]) -> None:
+    check_case(case, observations["http"], ENTRIES, NATIVE_KNOWN_GAPS)
+
+
+@pytest.mark.parametrize("case", [c.name for c in GRPC_CASES])
+def test_grpc(case: str, observations: dict[str, Observations]) -> None:
+    check_case(case, observations["grpc"], ENTRIES, NATIVE_KNOWN_GAPS)
+
+
+def test_native_allowlist_entries_still_match(observations: dict[str, Observations]) -> None:
+    runs = ((HTTP_CASES, observations["http"]), (GRPC_CASES, observations["grpc"]))
+    stale = stale_entries(runs, ENTRIES + NATIVE_KNOWN_GAPS, NATIVE_ALLOWED + NATIVE_KNOWN_GAPS)
+    assert not stale, "entries that match no difference any more (remove them):\n" + "\n".join(
+        f"{entry.case} {entry.path}: {entry.reason}" for entry in stale
+    )
