@@ -108,6 +108,36 @@ class ComputeTimes:
         )
 
 
+@dataclass(frozen=True)
+class ReportedTimes:
+    """A backend's own timestamps of an execution (monotonic clock, ns), as a Triton backend
+    reports them: execution start, compute start, compute end, execution end."""
+
+    exec_start_ns: int
+    compute_start_ns: int
+    compute_end_ns: int
+    exec_end_ns: int
+
+    @property
+    def compute(self) -> ComputeTimes:
+        """Input, inference and output phases as Triton derives them from these stamps."""
+        return ComputeTimes(
+            max(self.compute_start_ns - self.exec_start_ns, 0),
+            max(self.compute_end_ns - self.compute_start_ns, 0),
+            max(self.exec_end_ns - self.compute_end_ns, 0),
+        )
+
+
+@dataclass(frozen=True)
+class BackendReports:
+    """What a backend reported for one execution (Triton's backend-reported statistics):
+    each batch with its size, and each request's outcome (None: the backend reported nothing
+    for it), in the order of the execution's requests."""
+
+    batches: list[tuple[int, ReportedTimes]]
+    requests: list[tuple[bool, ReportedTimes] | None]
+
+
 @dataclass
 class InferResponse:
     """The result of one request: outputs in the order they should be returned.

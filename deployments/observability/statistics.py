@@ -14,7 +14,7 @@ from typing import TypedDict
 from typing_extensions import NotRequired
 
 from deployments.observability.latency_sketch import WindowedSketch
-from repo_adapter.inference_types import ComputeTimes
+from repo_adapter.inference_types import BackendReports, ComputeTimes
 
 _INFERENCE_STAT_KEYS = (
     "success",
@@ -190,6 +190,43 @@ class VersionStatistics:
             for kind, ns in zip(_COMPUTE_KEYS, phases, strict=True):
                 durations[kind].add(ns * succeeded, succeeded)
                 latencies[kind].observe(ns / 1000, now, succeeded)
+
+    def record_reported(self, reports: BackendReports, requests: list[RequestOutcome]) -> None:
+        """Record one execution as its backend reported it (a Triton C backend's
+        ``ReportBatchStatistics`` and ``ReportStatistics``, as Triton records them): a batch
+        per batch report, each request with the backend's stamps; requests the backend
+        reported nothing for are not counted, as in Triton."""
+        now = time.time()
+        if reports.batches:
+            self.last_inference_ms = int(now * 1000)
+        for batch_size, times in reports.batches:
+            self.execution_count += 1
+            self.inference_count += batch_size
+            batch = self.batch_stats.setdefault(batch_size, BatchStats())
+            compute = times.compute
+            batch.compute_input.add(compute.input_ns)
+            batch.compute_infer.add(compute.infer_ns)
+            batch.compute_output.add(compute.output_ns)
+        durations, latencies = self.durations, self.latencies
+        for outcome, report in zip(requests, reports.requests, strict=True):
+            if report is None:
+                continue
+            success, times = report
+            total_ns = max(times.exec_end_ns - outcome.arrival_ns, 0)
+            if not success:
+                durations["fail"].add(total_ns)
+                self.failures[BACKEND] += 1
+                continue
+            queue_ns = max(times.exec_start_ns - outcome.arrival_ns, 0)
+            durations["success"].add(total_ns)
+            durations["queue"].add(queue_ns)
+            latencies["request"].observe(total_ns / 1000, now)
+            latencies["queue"].observe(queue_ns / 1000, now)
+            compute = times.compute
+            phases = (compute.input_ns, compute.infer_ns, compute.output_ns)
+            for kind, ns in zip(_COMPUTE_KEYS, phases, strict=True):
+                durations[kind].add(ns)
+                latencies[kind].observe(ns / 1000, now)
 
     def record_failure(self, arrival_ns: int, reason: str) -> None:
         """A request that failed without an execution of its own (``reason``: one of

@@ -23,7 +23,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.datatypes import config_to_protocol, protocol_to_numpy
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
+from repo_adapter.inference_types import (
+    BackendReports,
+    ComputeTimes,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,9 @@ class Execution(Sequence["InferResponse | InferenceServerError"]):
 
     results: list[InferResponse | InferenceServerError]
     compute: ComputeTimes | None = None
+    # A backend that reports its own statistics (Triton's C backends): recorded instead of
+    # the batcher's measurements.
+    reports: BackendReports | None = None
 
     def __getitem__(self, index):  # type: ignore[override]
         return self.results[index]

@@ -273,21 +273,4 @@ EXPLICIT_ALLOWED: tuple[Difference, ...] = ()
 # Differences for a model served by a C backend (:mod:`tests.conformance.native_cases`),
 # checked for staleness by their own module.
 NATIVE_ALLOWED: tuple[Difference, ...] = ()
-_BACKEND_REPORTS = (
-    "Triton takes a C backend's statistics from the backend's own reports "
-    "(TRITONBACKEND_ModelInstanceReportStatistics / ReportBatchStatistics: a batch per report "
-    "with the backend's phase times, here a batch of 0 rows where the request failed); rayton "
-    "records its batcher's measurements of the same executions."
-)
-NATIVE_KNOWN_GAPS: tuple[Difference, ...] = tuple(
-    Difference(
-        "native_stats",
-        path,
-        _BACKEND_REPORTS,
-        fix_in="repo_adapter/backends/native/backend.py",
-    )
-    for path in (
-        "/model_stats/doubler:1/batch_stats",
-        "/model_stats/doubler:1/inference_stats/compute_output/ns",
-    )
-)
+NATIVE_KNOWN_GAPS: tuple[Difference, ...] = ()

@@ -271,11 +271,11 @@ class _BatchResults:
         executed_ns: int,
     ) -> None:
         """Resolve an executed batch's callers and record it."""
-        phases = None
+        phases = reports = None
         if isinstance(outcome, Exception):
             results = self._failed_batch(outcome, len(batch))
         else:
-            phases = outcome.compute
+            phases, reports = outcome.compute, outcome.reports
             results = list(outcome.results)
             if len(results) != len(batch):
                 error = InferenceServerError(
@@ -295,13 +295,14 @@ class _BatchResults:
         for item, result in zip(batch, results, strict=True):
             if item.request.trace is not None:
                 _trace_executed(item.request.trace, timing, executed_ns, result)
-        self._statistics.record_execution(
-            timing,
-            [
-                RequestOutcome(int(item.arrival * 1e9), item.rows, _failed(result))
-                for item, result in zip(batch, results, strict=True)
-            ],
-        )
+        outcomes = [
+            RequestOutcome(int(item.arrival * 1e9), item.rows, _failed(result))
+            for item, result in zip(batch, results, strict=True)
+        ]
+        if reports is not None and len(reports.requests) == len(batch):
+            self._statistics.record_reported(reports, outcomes)  # the backend's own numbers
+        else:
+            self._statistics.record_execution(timing, outcomes)
 
     def _failed_batch(self, error: Exception, size: int) -> list[InferenceServerError]:
         if not isinstance(error, InferenceServerError):

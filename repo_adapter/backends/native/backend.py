@@ -22,17 +22,25 @@ from pathlib import Path
 
 from repo_adapter.backends.base import Backend, Execution, InstanceSpec, ModelVersion
 from repo_adapter.backends.native.host import (
+    BatchReport,
     CompletionQueue,
     NativeBackend,
     NativeInstance,
     NativeModel,
     NativeRequest,
     ReleaseEvent,
+    RequestReport,
     ResponseEvent,
 )
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+from repo_adapter.inference_types import (
+    BackendReports,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    ReportedTimes,
+)
 
 _KINDS = {"CPU": "KIND_CPU", "GPU": "KIND_GPU", "MODEL": "KIND_MODEL"}
 
@@ -128,6 +136,7 @@ class NativeTritonBackend(Backend):
         self._queue: CompletionQueue | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: dict[int, _Pending] = {}
+        self._request_reports: dict[int, RequestReport] = {}
         self._next_token = 0
 
     def load(self) -> None:
@@ -178,7 +187,23 @@ class NativeTritonBackend(Backend):
             return Execution([refused] * len(requests))
         await asyncio.gather(*(item.done for item in pending))
         pairs = zip(requests, pending, strict=True)
-        return Execution([self._result(request, item) for request, item in pairs])
+        results = [self._result(request, item) for request, item in pairs]
+        return Execution(results, reports=self._reports(instance, pending))
+
+    def _reports(self, instance: NativeInstance, pending: list[_Pending]) -> BackendReports:
+        """The statistics the backend reported for this execution: the batches reported so
+        far, and each request's own report (kept for later when it belongs to another)."""
+        batches = []
+        for report in instance.take_reports():
+            if isinstance(report, BatchReport):
+                batches.append((report.batch_size, report.times))
+            else:
+                self._request_reports[report.token] = report
+        requests: list[tuple[bool, ReportedTimes] | None] = []
+        for item in pending:
+            report = self._request_reports.pop(item.request.token, None)
+            requests.append(None if report is None else (report.success, report.times))
+        return BackendReports(batches, requests)
 
     def _handed(
         self, queue: CompletionQueue, request: InferRequest, loop: asyncio.AbstractEventLoop

@@ -27,6 +27,7 @@ from repo_adapter.datatypes import (
     serialize_bytes_tensor,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import ReportedTimes
 
 # TRITONSERVER_DataType's values, in order from 0 (the ABI's numbering).
 DATATYPES = (
@@ -64,18 +65,21 @@ class _Event(ctypes.Structure):
     ]
 
 
-class _Statistics(ctypes.Structure):
+class _Report(ctypes.Structure):
     _fields_ = [
-        (name, ctypes.c_uint64)
-        for name in (
-            "success_count",
-            "failure_count",
-            "execution_count",
-            "inference_count",
-            "compute_ns",
-            "execution_ns",
-        )
+        ("kind", ctypes.c_int),
+        ("token", ctypes.c_uint64),
+        ("success", ctypes.c_int),
+        ("batch_size", ctypes.c_uint64),
+        ("exec_start_ns", ctypes.c_uint64),
+        ("compute_start_ns", ctypes.c_uint64),
+        ("compute_end_ns", ctypes.c_uint64),
+        ("exec_end_ns", ctypes.c_uint64),
     ]
+
+
+_REPORT_REQUEST = 1
+_REPORTS_PER_CALL = 64
 
 
 _SIGNATURES: dict[str, tuple[object, list[object]]] = {
@@ -109,7 +113,10 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
         [_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int32, ctypes.POINTER(_p)],
     ),
     "rayton_instance_delete": (_p, [_p]),
-    "rayton_instance_statistics": (None, [_p, ctypes.POINTER(_Statistics)]),
+    "rayton_instance_take_reports": (
+        ctypes.c_uint32,
+        [_p, ctypes.POINTER(_Report), ctypes.c_uint32],
+    ),
     "rayton_instance_execute": (_p, [_p, ctypes.POINTER(_p), ctypes.c_uint32]),
     "rayton_request_new": (
         _p,
@@ -279,15 +286,20 @@ class NativeModel(_HostObject):
 
 
 @dataclass(frozen=True)
-class InstanceStatistics:
-    """What the backend reported with ``ReportStatistics`` / ``ReportBatchStatistics``."""
+class RequestReport:
+    """``TRITONBACKEND_ModelInstanceReportStatistics`` for request ``token``."""
 
-    success_count: int
-    failure_count: int
-    execution_count: int
-    inference_count: int
-    compute_ns: int
-    execution_ns: int
+    token: int
+    success: bool
+    times: ReportedTimes
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """``TRITONBACKEND_ModelInstanceReportBatchStatistics``: a batch of ``batch_size`` rows."""
+
+    batch_size: int
+    times: ReportedTimes
 
 
 class NativeInstance(_HostObject):
@@ -314,10 +326,23 @@ class NativeInstance(_HostObject):
         batch = (_p * len(requests))(*(request.handle for request in requests))
         _raise(host().rayton_instance_execute(self.handle, batch, len(requests)))
 
-    def statistics(self) -> InstanceStatistics:
-        raw = _Statistics()
-        host().rayton_instance_statistics(self.handle, ctypes.byref(raw))
-        return InstanceStatistics(*(getattr(raw, name) for name, _ in _Statistics._fields_))
+    def take_reports(self) -> list[RequestReport | BatchReport]:
+        """The statistics the backend reported since the last call, oldest first."""
+        library = host()
+        buffer = (_Report * _REPORTS_PER_CALL)()
+        reports: list[RequestReport | BatchReport] = []
+        while True:
+            count = library.rayton_instance_take_reports(self.handle, buffer, _REPORTS_PER_CALL)
+            for raw in buffer[:count]:
+                times = ReportedTimes(
+                    raw.exec_start_ns, raw.compute_start_ns, raw.compute_end_ns, raw.exec_end_ns
+                )
+                if raw.kind == _REPORT_REQUEST:
+                    reports.append(RequestReport(raw.token, bool(raw.success), times))
+                else:
+                    reports.append(BatchReport(raw.batch_size, times))
+            if count < _REPORTS_PER_CALL:
+                return reports
 
     def finalize(self) -> None:
         self._finalize_with(host().rayton_instance_delete)

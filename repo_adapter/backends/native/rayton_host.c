@@ -264,15 +264,21 @@ struct TRITONBACKEND_Model {
   void* state;
 };
 
-/* What a backend reported about its executions, read by Python for the statistics. */
-typedef struct rayton_instance_stats {
-  uint64_t success_count;
-  uint64_t failure_count;
-  uint64_t execution_count;    /* ReportBatchStatistics calls */
-  uint64_t inference_count;    /* rows of those batches */
-  uint64_t compute_ns;         /* compute_end - compute_start, summed over batches */
-  uint64_t execution_ns;       /* exec_end - exec_start, summed over batches */
-} rayton_instance_stats;
+/* One statistics report of the backend, as Python takes it: a request's
+ * (TRITONBACKEND_ModelInstanceReportStatistics: kind 1, its token and success) or a batch's
+ * (ReportBatchStatistics: kind 2, its size), with the backend's four timestamps. */
+enum { RAYTON_REPORT_REQUEST = 1, RAYTON_REPORT_BATCH = 2 };
+
+typedef struct rayton_report {
+  int kind;
+  uint64_t token;      /* request reports */
+  int success;         /* request reports */
+  uint64_t batch_size; /* batch reports */
+  uint64_t exec_start_ns;
+  uint64_t compute_start_ns;
+  uint64_t compute_end_ns;
+  uint64_t exec_end_ns;
+} rayton_report;
 
 struct TRITONBACKEND_ModelInstance {
   TRITONBACKEND_Model* model;
@@ -281,7 +287,9 @@ struct TRITONBACKEND_ModelInstance {
   int32_t device_id;
   void* state;
   pthread_mutex_t stats_lock;
-  rayton_instance_stats stats;
+  rayton_report* reports; /* not yet taken by Python */
+  uint32_t report_count;
+  uint32_t report_capacity;
 };
 
 RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ApiVersion(uint32_t* major, uint32_t* minor) {
@@ -564,20 +572,28 @@ RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportMemoryUsage(
   return NULL; /* accepted, as for the model */
 }
 
+static uint64_t request_token(TRITONBACKEND_Request* request); /* defined with requests */
+
+static void add_report(TRITONBACKEND_ModelInstance* instance, const rayton_report* report) {
+  pthread_mutex_lock(&instance->stats_lock);
+  if (instance->report_count == instance->report_capacity) {
+    instance->report_capacity = instance->report_capacity ? 2 * instance->report_capacity : 16;
+    instance->reports =
+        realloc(instance->reports, instance->report_capacity * sizeof(*instance->reports));
+  }
+  instance->reports[instance->report_count++] = *report;
+  pthread_mutex_unlock(&instance->stats_lock);
+}
+
 RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportStatistics(
     TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request* request, const bool success,
     const uint64_t exec_start_ns, const uint64_t compute_start_ns, const uint64_t compute_end_ns,
     const uint64_t exec_end_ns) {
   REQUIRE(instance, "instance");
   REQUIRE(request, "request");
-  (void)exec_start_ns;
-  (void)compute_start_ns;
-  (void)compute_end_ns;
-  (void)exec_end_ns;
-  pthread_mutex_lock(&instance->stats_lock);
-  if (success) instance->stats.success_count++;
-  else instance->stats.failure_count++;
-  pthread_mutex_unlock(&instance->stats_lock);
+  rayton_report report = {RAYTON_REPORT_REQUEST, request_token(request), success, 0, exec_start_ns,
+                          compute_start_ns, compute_end_ns, exec_end_ns};
+  add_report(instance, &report);
   return NULL;
 }
 
@@ -586,13 +602,9 @@ RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportBatchStatisti
     const uint64_t exec_start_ns, const uint64_t compute_start_ns, const uint64_t compute_end_ns,
     const uint64_t exec_end_ns) {
   REQUIRE(instance, "instance");
-  pthread_mutex_lock(&instance->stats_lock);
-  instance->stats.execution_count++;
-  instance->stats.inference_count += batch_size;
-  if (compute_end_ns > compute_start_ns)
-    instance->stats.compute_ns += compute_end_ns - compute_start_ns;
-  if (exec_end_ns > exec_start_ns) instance->stats.execution_ns += exec_end_ns - exec_start_ns;
-  pthread_mutex_unlock(&instance->stats_lock);
+  rayton_report report = {RAYTON_REPORT_BATCH, 0, 0, batch_size, exec_start_ns,
+                          compute_start_ns, compute_end_ns, exec_end_ns};
+  add_report(instance, &report);
   return NULL;
 }
 
@@ -630,6 +642,8 @@ struct TRITONBACKEND_Request {
   rayton_parameter* parameters;
   uint32_t parameter_count;
 };
+
+static uint64_t request_token(TRITONBACKEND_Request* request) { return request->token; }
 
 RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_RequestId(
     TRITONBACKEND_Request* request, const char** id) {
@@ -1254,16 +1268,23 @@ RAYTON_EXPORT TRITONSERVER_Error* rayton_instance_delete(TRITONBACKEND_ModelInst
   instance_init_fn finalize = instance->model->backend->instance_finalize;
   TRITONSERVER_Error* error = finalize ? finalize(instance) : NULL;
   free(instance->name);
+  free(instance->reports);
   pthread_mutex_destroy(&instance->stats_lock);
   free(instance);
   return error;
 }
 
-RAYTON_EXPORT void rayton_instance_statistics(
-    TRITONBACKEND_ModelInstance* instance, rayton_instance_stats* out) {
+/* Moves up to `capacity` of the reports not yet taken into `out`, oldest first; how many. */
+RAYTON_EXPORT uint32_t rayton_instance_take_reports(
+    TRITONBACKEND_ModelInstance* instance, rayton_report* out, uint32_t capacity) {
   pthread_mutex_lock(&instance->stats_lock);
-  *out = instance->stats;
+  uint32_t taken = instance->report_count < capacity ? instance->report_count : capacity;
+  memcpy(out, instance->reports, taken * sizeof(*out));
+  memmove(instance->reports, instance->reports + taken,
+          (instance->report_count - taken) * sizeof(*out));
+  instance->report_count -= taken;
   pthread_mutex_unlock(&instance->stats_lock);
+  return taken;
 }
 
 /* Runs the backend's Execute on `requests`: an error means the backend took none of them. */

@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from repo_adapter.backends.native.host import (
+    BatchReport,
     CompletionQueue,
     NativeBackend,
     NativeInstance,
     NativeModel,
     NativeRequest,
     ReleaseEvent,
+    RequestReport,
     ResponseEvent,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
@@ -77,9 +79,14 @@ def test_a_batch_is_executed_answered_released_and_counted(instance):
     assert (out.name, out.datatype, out.shape) == ("OUT", "FP32", (2, 1))
     np.testing.assert_array_equal(out.data, [[2.0], [4.0]])
     np.testing.assert_array_equal(responses[2].outputs[0].data, [[7.0]])
-    stats = instance.statistics()
-    assert (stats.success_count, stats.failure_count) == (2, 0)
-    assert (stats.execution_count, stats.inference_count) == (1, 3)
+    reports = instance.take_reports()
+    requests = {r.token: r for r in reports if isinstance(r, RequestReport)}
+    (reported,) = [r for r in reports if isinstance(r, BatchReport)]
+    assert sorted(requests) == [1, 2] and all(r.success for r in requests.values())
+    assert reported.batch_size == 3
+    times = reported.times
+    assert times.exec_start_ns <= times.compute_end_ns <= times.exec_end_ns
+    assert instance.take_reports() == []  # taken once
     for item in batch:
         item.delete()
     queue.close()
@@ -95,7 +102,8 @@ def test_a_failed_request_gets_the_backends_error_and_the_others_answers(instanc
     assert failure is not None and responses[1].outputs == []
     assert (failure.code, failure.message) == (StatusCode.INVALID_ARG, "scale: negative input")
     np.testing.assert_array_equal(responses[2].outputs[0].data, [[2.0]])
-    assert instance.statistics().failure_count == 1
+    failures = [r.token for r in instance.take_reports() if isinstance(r, RequestReport)]
+    assert failures == [1, 2]
     queue.close()
 
 
