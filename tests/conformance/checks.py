@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.allowlist import Difference
-from tests.conformance.driver import Server, compare, http_request
+from tests.conformance.driver import CaseRegistry, Server, compare, http_request, run_sequence
 from tests.reference_triton import ReferenceTriton, ReferenceTritonError, require_reference_triton
 from tests.support.requirements import missing
 
@@ -83,17 +83,33 @@ def check_case(
         pytest.xfail("known gap(s): " + " | ".join(gaps))
 
 
-def stale_entries(
-    runs: Sequence[tuple[Sequence[Any], Observations]],
+def observe(servers: Sequence[Server], registry: CaseRegistry) -> dict[str, Observations]:
+    """``registry``'s cases against (reference, rayton): over HTTP, then the client cases again
+    over tritonclient.grpc; the observations per protocol."""
+    return {
+        protocol: Observations(*(run_sequence(s, cases, protocol) for s in servers))
+        for protocol, cases in (
+            ("http", registry.for_protocol("http")),
+            ("grpc", registry.for_protocol("grpc")),
+        )
+    }
+
+
+def assert_entries_still_match(
+    registry: CaseRegistry,
+    observations: dict[str, Observations],
     allowed: Sequence[Difference],
     checked: Sequence[Difference],
-) -> list[Difference]:
-    """The entries of ``checked`` that explain no current difference of ``runs`` (cases and
-    their observations), comparing with every entry of ``allowed``."""
+) -> None:
+    """Fail naming each entry of ``checked`` that explains no current difference of
+    ``registry``'s cases (comparing with every entry of ``allowed``)."""
     used: set = set()
-    for cases, observations in runs:
-        for case in cases:
-            reference, rayton = observations.reference, observations.rayton
+    for protocol, seen in observations.items():
+        for case in registry.for_protocol(protocol):
+            reference, rayton = seen.reference, seen.rayton
             _, matched = compare(case.name, reference[case.name], rayton[case.name], allowed)
             used |= matched
-    return [entry for entry in checked if entry not in used]
+    stale = [entry for entry in checked if entry not in used]
+    assert not stale, "entries that match no difference any more (remove them):\n" + "\n".join(
+        f"{entry.case} {entry.path}: {entry.reason}" for entry in stale
+    )

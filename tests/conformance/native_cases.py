@@ -9,18 +9,13 @@ from typing import Any
 import numpy as np
 
 from tests.conformance.driver import CaseRegistry, Target, TensorSpec
+from tests.support.native_backends import SCALE_CONFIG
 
 NATIVE_REGISTRY = CaseRegistry()
 case = NATIVE_REGISTRY.case
 
 MODEL = "doubler"
-CONFIG = """\
-backend: "scale"
-max_batch_size: 8
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-dynamic_batching { }
-"""
+CONFIG = SCALE_CONFIG  # the model both servers load
 
 
 def rows(*values: float, binary: bool = True) -> list[TensorSpec]:

@@ -18,12 +18,13 @@ from tests.conformance.allowlist import ALLOWED, KNOWN_GAPS
 from tests.conformance.cases import REGISTRY
 from tests.conformance.checks import (
     Observations,
+    assert_entries_still_match,
     check_case,
+    observe,
     reference_serving,
-    stale_entries,
     wait_ready,
 )
-from tests.conformance.driver import Server, run_sequence
+from tests.conformance.driver import Server
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.reference, pytest.mark.cluster]
@@ -57,38 +58,20 @@ def servers(serve_cluster) -> Iterator[tuple[Server, Server]]:
 
 
 @pytest.fixture(scope="module")
-def http_observations(servers) -> Observations:
-    reference, rayton = servers
-    return Observations(
-        run_sequence(reference, HTTP_CASES, "http"), run_sequence(rayton, HTTP_CASES, "http")
-    )
-
-
-@pytest.fixture(scope="module")
-def grpc_observations(servers) -> Observations:
-    """The client cases again, over tritonclient.grpc."""
-    reference, rayton = servers
-    return Observations(
-        run_sequence(reference, GRPC_CASES, "grpc"), run_sequence(rayton, GRPC_CASES, "grpc")
-    )
+def observations(servers) -> dict[str, Observations]:
+    return observe(servers, REGISTRY)
 
 
 @pytest.mark.parametrize("case", [c.name for c in HTTP_CASES])
-def test_http(case: str, http_observations: Observations) -> None:
-    check_case(case, http_observations, ALLOWED, KNOWN_GAPS)
+def test_http(case: str, observations: dict[str, Observations]) -> None:
+    check_case(case, observations["http"], ALLOWED, KNOWN_GAPS)
 
 
 @pytest.mark.parametrize("case", [c.name for c in GRPC_CASES])
-def test_grpc(case: str, grpc_observations: Observations) -> None:
-    check_case(case, grpc_observations, ALLOWED, KNOWN_GAPS)
+def test_grpc(case: str, observations: dict[str, Observations]) -> None:
+    check_case(case, observations["grpc"], ALLOWED, KNOWN_GAPS)
 
 
-def test_allowlist_entries_still_match(
-    http_observations: Observations, grpc_observations: Observations
-) -> None:
+def test_allowlist_entries_still_match(observations: dict[str, Observations]) -> None:
     """Every allow-list entry and known gap explains at least one current difference."""
-    runs = ((HTTP_CASES, http_observations), (GRPC_CASES, grpc_observations))
-    stale = stale_entries(runs, ALLOWED + KNOWN_GAPS, ALLOWED + KNOWN_GAPS)
-    assert not stale, "entries that match no difference any more (remove them):\n" + "\n".join(
-        f"{entry.case} {entry.path}: {entry.reason}" for entry in stale
-    )
+    assert_entries_still_match(REGISTRY, observations, ALLOWED + KNOWN_GAPS, ALLOWED + KNOWN_GAPS)

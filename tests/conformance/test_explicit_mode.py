@@ -18,12 +18,13 @@ import pytest
 from tests.conformance.allowlist import ALLOWED, EXPLICIT_ALLOWED, KNOWN_GAPS
 from tests.conformance.checks import (
     Observations,
+    assert_entries_still_match,
     check_case,
+    observe,
     reference_serving,
-    stale_entries,
     wait_ready,
 )
-from tests.conformance.driver import Server, run_sequence
+from tests.conformance.driver import Server
 from tests.conformance.explicit_cases import EXPLICIT_REGISTRY
 from tests.support.ports import free_port
 
@@ -47,11 +48,7 @@ def observations(serve_cluster) -> Iterator[dict[str, Observations]]:
                 REPOSITORY, "explicit", load_models=["*"], grpc_port=grpc_port
             )
             wait_ready(serve_cluster.http_url, timeout_s=120)
-            servers = (reference, rayton)
-            yield {
-                protocol: Observations(*(run_sequence(s, cases, protocol) for s in servers))
-                for protocol, cases in (("http", HTTP_CASES), ("grpc", GRPC_CASES))
-            }
+            yield observe((reference, rayton), EXPLICIT_REGISTRY)
         finally:
             serve_cluster.delete_all()
 
@@ -68,8 +65,6 @@ def test_grpc(case: str, observations: dict[str, Observations]) -> None:
 
 def test_explicit_allowlist_entries_still_match(observations: dict[str, Observations]) -> None:
     """Every entry kept for these sequences explains at least one current difference."""
-    runs = ((HTTP_CASES, observations["http"]), (GRPC_CASES, observations["grpc"]))
-    stale = stale_entries(runs, ENTRIES + KNOWN_GAPS, EXPLICIT_ALLOWED)
-    assert not stale, "entries that match no difference any more (remove them):\n" + "\n".join(
-        f"{entry.case} {entry.path}: {entry.reason}" for entry in stale
+    assert_entries_still_match(
+        EXPLICIT_REGISTRY, observations, ENTRIES + KNOWN_GAPS, EXPLICIT_ALLOWED
     )

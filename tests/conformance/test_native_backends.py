@@ -12,12 +12,13 @@ import pytest
 from tests.conformance.allowlist import ALLOWED, NATIVE_ALLOWED, NATIVE_KNOWN_GAPS
 from tests.conformance.checks import (
     Observations,
+    assert_entries_still_match,
     check_case,
+    observe,
     reference_serving,
-    stale_entries,
     wait_ready,
 )
-from tests.conformance.driver import Server, run_sequence
+from tests.conformance.driver import Server
 from tests.conformance.native_cases import CONFIG, MODEL, NATIVE_REGISTRY
 from tests.support.native_backends import build_scale_variants
 from tests.support.ports import free_port
@@ -42,12 +43,7 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
         try:
             serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
             wait_ready(serve_cluster.http_url, timeout_s=120)
-            yield {
-                protocol: Observations(
-                    *(run_sequence(s, cases, protocol) for s in (reference, rayton))
-                )
-                for protocol, cases in (("http", HTTP_CASES), ("grpc", GRPC_CASES))
-            }
+            yield observe((reference, rayton), NATIVE_REGISTRY)
         finally:
             serve_cluster.delete_all()
 
@@ -63,8 +59,9 @@ def test_grpc(case: str, observations: dict[str, Observations]) -> None:
 
 
 def test_native_allowlist_entries_still_match(observations: dict[str, Observations]) -> None:
-    runs = ((HTTP_CASES, observations["http"]), (GRPC_CASES, observations["grpc"]))
-    stale = stale_entries(runs, ENTRIES + NATIVE_KNOWN_GAPS, NATIVE_ALLOWED + NATIVE_KNOWN_GAPS)
-    assert not stale, "entries that match no difference any more (remove them):\n" + "\n".join(
-        f"{entry.case} {entry.path}: {entry.reason}" for entry in stale
+    assert_entries_still_match(
+        NATIVE_REGISTRY,
+        observations,
+        ENTRIES + NATIVE_KNOWN_GAPS,
+        NATIVE_ALLOWED + NATIVE_KNOWN_GAPS,
     )

@@ -14,18 +14,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support.native_backends import build_scale_variants
+from tests.support.native_backends import SCALE_CONFIG, build_scale_variants
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.cluster
 
-CONFIG = """\
-backend: "scale"
-max_batch_size: 8
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
-dynamic_batching { }
-"""
+CONFIG = SCALE_CONFIG
 
 
 @pytest.fixture(scope="module")

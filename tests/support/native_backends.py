@@ -9,6 +9,14 @@ from repo_adapter.backends.native.build import BuildError, build_backend, build_
 from tests.support.requirements import missing
 
 SOURCES = Path(__file__).parents[1] / "repo_adapter" / "backends" / "native_backends"
+# A model served by ``scale.c``: OUT = IN * 2, batched.
+SCALE_CONFIG = """\
+backend: "scale"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching { }
+"""
 # ``scale.c`` in each variant (its compile-time switches).
 SCALE_VARIANTS: dict[str, tuple[str, ...]] = {
     "plain": (),
