@@ -47,7 +47,8 @@ GROUP_TITLES = {
     "metrics": "Prometheus metrics (`/metrics`: families, types, labels, per-model counts)",
     "explicit": "Explicit model control (`--model-control-mode explicit --load-model '*'` on "
     "both, `tests/conformance/test_explicit_mode.py`)",
-    "native": "A C backend (the same `libtriton_scale.so` built here, loaded by both, "
+    "native": "C and C++ backends (the same `libtriton_scale.so`, a C test backend, and "
+    "`libtriton_imgprep.so`, the C++ example built with CMake, loaded by both, "
     "`tests/conformance/test_native_backends.py`)",
 }
 

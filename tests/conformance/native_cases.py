@@ -1,6 +1,7 @@
-"""The requests both servers receive for a model served by a C backend written here
-(``tests/repo_adapter/backends/native_backends/scale.c``): the same ``libtriton_scale.so``
-loaded by the reference tritonserver and by rayton's host of the backend API."""
+"""The requests both servers receive for models served by backends written here: the C test
+backend ``tests/repo_adapter/backends/native_backends/scale.c`` and the example C++
+pre-processing backend ``examples/custom_backend/imgprep.cc`` (built with CMake); the same
+``.so`` files loaded by the reference tritonserver and by rayton's host of the backend API."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ case = NATIVE_REGISTRY.case
 
 MODEL = "doubler"
 CONFIG = SCALE_CONFIG  # the model both servers load
+IMGPREP = "imgprep"  # examples/custom_backend/models/imgprep
 
 
 def rows(*values: float, binary: bool = True) -> list[TensorSpec]:
@@ -56,3 +58,33 @@ def _(t: Target) -> Any:
 @case("native_stats", "native", "statistics after the requests above")
 def _(t: Target) -> Any:
     return t.client.statistics(MODEL)
+
+
+def image(*shape: int) -> list[TensorSpec]:
+    data = np.random.default_rng(sum(shape)).integers(0, 256, shape, dtype=np.uint8)
+    return [TensorSpec("IMAGE", data, "UINT8", True)]
+
+
+@case("native_imgprep_config", "native", "the C++ example backend's model: /config")
+def _(t: Target) -> Any:
+    return t.client.model_config(IMGPREP)
+
+
+@case("native_imgprep_infer", "native", "a 5x7 image resized to 64x64 and normalised")
+def _(t: Target) -> Any:
+    return t.client.infer(IMGPREP, image(1, 5, 7, 3))
+
+
+@case("native_imgprep_two_images", "native", "two 48x32 images in one request")
+def _(t: Target) -> Any:
+    return t.client.infer(IMGPREP, image(2, 48, 32, 3))
+
+
+@case("native_imgprep_error", "native", "an image of height 0: the backend's error")
+def _(t: Target) -> Any:
+    return t.client.infer(IMGPREP, image(1, 0, 5, 3))
+
+
+@case("native_imgprep_stats", "native", "its statistics after the requests above")
+def _(t: Target) -> Any:
+    return t.client.statistics(IMGPREP)

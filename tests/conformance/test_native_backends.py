@@ -1,6 +1,7 @@
-"""rayton against the real Triton for a C backend: the same ``libtriton_scale.so`` (built here
-from ``scale.c`` with the project's build module) served by the reference tritonserver 2.51
-and by rayton, the cases of :mod:`tests.conformance.native_cases` over HTTP and gRPC."""
+"""rayton against the real Triton for backends written here: the same ``libtriton_scale.so``
+(built from ``scale.c`` with the project's build module) and ``libtriton_imgprep.so`` (the
+C++ example, built with CMake) served by the reference tritonserver 2.51 and by rayton, the
+cases of :mod:`tests.conformance.native_cases` over HTTP and gRPC."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from examples.custom_backend.build_repository import MODELS_DIR, build_library
 from tests.conformance.allowlist import ALLOWED, NATIVE_ALLOWED, NATIVE_KNOWN_GAPS
 from tests.conformance.checks import (
     Observations,
@@ -19,7 +21,7 @@ from tests.conformance.checks import (
     wait_ready,
 )
 from tests.conformance.driver import Server
-from tests.conformance.native_cases import CONFIG, MODEL, NATIVE_REGISTRY
+from tests.conformance.native_cases import CONFIG, IMGPREP, MODEL, NATIVE_REGISTRY
 from tests.support.native_backends import build_scale_variants
 from tests.support.ports import free_port
 
@@ -37,6 +39,10 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
     (repository / MODEL / "1").mkdir(parents=True)
     (repository / MODEL / "config.pbtxt").write_text(CONFIG)
     shutil.copy(library, repository / MODEL / "libtriton_scale.so")
+    imgprep = build_library(tmp_path_factory.mktemp("imgprep-build"))
+    shutil.copytree(MODELS_DIR / IMGPREP, repository / IMGPREP)
+    (repository / IMGPREP / "1").mkdir()
+    shutil.copy(imgprep, repository / IMGPREP / imgprep.name)
     with reference_serving(repository) as reference:
         grpc_port = free_port()
         rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")

@@ -1053,8 +1053,9 @@ RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ResponseSend(
   event->token = response->token;
   event->flags = send_flags;
   event->response = response;
-  /* The host owns the error now: the backend deletes only the error this call returns. */
-  event->error = error;
+  /* The backend keeps its error (Triton's own backends delete it after sending): the
+   * response carries a copy of its code and message. */
+  event->error = error ? error_new(error->code, "%s", error->message) : NULL;
   queue_push(response->queue, event);
   return NULL;
 }

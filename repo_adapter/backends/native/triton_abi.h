@@ -15,6 +15,11 @@
 
 #define RAYTON_EXPORT __attribute__((visibility("default")))
 
+/* C linkage for C++ backends: the server looks their entry points up by their C names. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The API versions rayton serves: a backend refuses a major that differs or a lower minor. */
 #define RAYTON_BACKEND_API_MAJOR 1
 #define RAYTON_BACKEND_API_MINOR 19
@@ -210,5 +215,19 @@ RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_StateNew( TRITONBACKEND_State** 
 RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_StateUpdate(TRITONBACKEND_State* state);
 RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_StateBuffer( TRITONBACKEND_State* state, void** buffer, const uint64_t buffer_byte_size, TRITONSERVER_MemoryType* memory_type, int64_t* memory_type_id);
 RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_StateBufferAttributes( TRITONBACKEND_State* state, TRITONSERVER_BufferAttributes** buffer_attributes);
+
+/* The entry points a backend defines and the server looks up by name (declared here so that
+ * a C++ backend's definitions get C linkage). Only ModelInstanceExecute is required. */
+RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend);
+RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_Finalize(TRITONBACKEND_Backend* backend);
+RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model);
+RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model);
+RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize( TRITONBACKEND_ModelInstance* instance);
+RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize( TRITONBACKEND_ModelInstance* instance);
+RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute( TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t request_count);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -153,6 +153,7 @@ RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     uint64_t done = now_ns();
     TRITONBACKEND_ModelInstanceReportStatistics(instance, request, error == NULL, exec_start,
                                                 exec_start, done, done);
+    TRITONSERVER_ErrorDelete(error); /* the sender keeps its error, as with Triton */
     TRITONBACKEND_RequestRelease(request, TRITONSERVER_REQUEST_RELEASE_ALL);
 #endif
   }
