@@ -1,12 +1,14 @@
 """Models served by Triton C backends (``libtriton_<name>.so`` written here in C) on a live
 rayton: found where Triton looks (the model's directory, then ``--backend-directory``), in
 applications of their own, answering tritonclient over HTTP and gRPC; a model whose library
-is missing or whose backend refuses to initialize is UNAVAILABLE with the reason, and the
-others serve."""
+is missing, whose backend refuses to initialize or needs a newer backend API is UNAVAILABLE
+with the reason, and the others serve; a backend that segfaults in Execute fails only its
+in-flight request and serves again once Serve has replaced its replica."""
 
 from __future__ import annotations
 
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.crashing_models import PROMPT_S, RECOVERY_S, wait_until
 from tests.support.native_backends import SCALE_CONFIG, build_scale_variants
 from tests.support.ports import free_port
 
@@ -28,12 +31,15 @@ def server(serve_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("native") / "repository"
     backends = root.parent / "backends"
     # in_model_dir: its own copy; from_backend_dir: found under --backend-directory;
-    # refusing: its library's Initialize fails; no_library: nowhere to be found.
-    for name in ("in_model_dir", "from_backend_dir", "refusing", "no_library"):
+    # refusing: its library's Initialize fails; no_library: nowhere to be found; crashes:
+    # segfaults on 13; newer: built for a newer backend API.
+    for name in ("in_model_dir", "from_backend_dir", "refusing", "no_library", "crashes", "newer"):
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(CONFIG)
     shutil.copy(libraries["plain"], root / "in_model_dir" / "libtriton_scale.so")
     shutil.copy(libraries["refuses"], root / "refusing" / "1" / "libtriton_scale.so")
+    shutil.copy(libraries["crashes"], root / "crashes" / "libtriton_scale.so")
+    shutil.copy(libraries["newer_api"], root / "newer" / "libtriton_scale.so")
     (backends / "scale").mkdir(parents=True)
     shutil.copy(libraries["plain"], backends / "scale" / "libtriton_scale.so")
     (root / "no_library" / "config.pbtxt").write_text(CONFIG.replace('"scale"', '"absent"'))
@@ -81,3 +87,27 @@ def test_broken_native_models_are_unavailable_with_the_reason(server):
     assert "scale: initialize refused" in index["refusing"]["reason"]
     assert index["no_library"]["state"] == "UNAVAILABLE"
     assert "unable to find backend library 'libtriton_absent.so'" in index["no_library"]["reason"]
+    assert index["newer"]["state"] == "UNAVAILABLE"
+    assert "triton backend API version does not support this backend" in index["newer"]["reason"]
+
+
+def test_a_backend_that_segfaults_fails_its_request_and_serves_again(server):
+    http_url, grpc_url = server
+
+    def serves() -> bool:
+        try:
+            return infer(httpclient, http_url, "crashes", [1.0]).tolist() == [[2.0]]
+        except InferenceServerException:
+            return False
+
+    assert serves()
+    start = time.monotonic()
+    with pytest.raises(InferenceServerException) as failed:
+        infer(httpclient, http_url, "crashes", [13.0])
+    assert time.monotonic() - start < PROMPT_S
+    assert failed.value.status() and failed.value.status().startswith("5"), failed.value
+    # Its replica is its own: the other native models never noticed.
+    np.testing.assert_array_equal(infer(grpcclient, grpc_url, "in_model_dir", [2.0]), [[4.0]])
+    back = wait_until(serves, RECOVERY_S)
+    assert back is not None, "the crashed model never served again"
+    print(f"segfault: {failed.value.status()} {failed.value.message()!r}, back in {back:.1f} s")

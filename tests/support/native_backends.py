@@ -23,6 +23,8 @@ SCALE_VARIANTS: dict[str, tuple[str, ...]] = {
     "decoupled": ("DECOUPLED",),
     "refuses": ("FAIL_INITIALIZE",),
     "no_execute": ("NO_EXECUTE",),
+    "crashes": ("CRASH",),
+    "newer_api": ("NEWER_API",),
 }
 
 

@@ -5,9 +5,12 @@
  *
  * Built variants: -DFAIL_INITIALIZE (TRITONBACKEND_Initialize returns an error),
  * -DNO_EXECUTE (no TRITONBACKEND_ModelInstanceExecute), -DDECOUPLED (each request answered
- * by REPEAT responses from a thread of the backend's own, after Execute returned).
+ * by REPEAT responses from a thread of the backend's own, after Execute returned),
+ * -DCRASH (an element equal to 13 segfaults the process inside Execute), -DNEWER_API (built
+ * for a backend API one minor version newer than the server's: Initialize refuses).
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,8 +29,15 @@ RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend
   uint32_t major, minor;
   TRITONSERVER_Error* error = TRITONBACKEND_ApiVersion(&major, &minor);
   if (error) return error;
-  if (major != RAYTON_BACKEND_API_MAJOR || minor < RAYTON_BACKEND_API_MINOR)
-    return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_UNSUPPORTED, "backend API too old");
+#ifdef NEWER_API
+  const uint32_t needed_minor = RAYTON_BACKEND_API_MINOR + 1;
+#else
+  const uint32_t needed_minor = RAYTON_BACKEND_API_MINOR;
+#endif
+  /* What backends built with Triton's headers check: the same major, at least their minor. */
+  if (major != RAYTON_BACKEND_API_MAJOR || minor < needed_minor)
+    return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_UNSUPPORTED,
+                                 "triton backend API version does not support this backend");
 #ifdef FAIL_INITIALIZE
   (void)backend;
   return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "scale: initialize refused");
@@ -77,6 +87,10 @@ __attribute__((unused)) static TRITONSERVER_Error* doubled(TRITONBACKEND_Request
   if (error) return error;
   const float* in = buffer;
   size_t count = buffer_size / sizeof(float);
+#ifdef CRASH
+  for (size_t i = 0; i < count; ++i)
+    if (in[i] == 13.0f) raise(SIGSEGV);
+#endif
   for (size_t i = 0; i < count; ++i)
     if (in[i] < 0)
       return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "scale: negative input");
