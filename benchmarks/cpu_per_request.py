@@ -3,6 +3,9 @@
 ``python -m benchmarks.cpu_per_request [--systems rayton,rayton-grpc,triton]
 [--levels mlp:16,mlp:32,cnn:32,mlp:16:8]``
 
+``--levels copy_native:16,copy_onnx:16`` adds the C-backend overhead pair: a C backend that
+copies its input (the same ``.so`` on both servers) against the same copy as an ONNX model.
+
 Throughput alone hides where a request's cost goes when the load generator shares the
 machine's cores with the server. This starts each system as :mod:`benchmarks.run` does, warms
 each level up, then drives it for three measurement windows while reading the CPU time (user +
@@ -22,7 +25,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.models import write_repositories
+from benchmarks.models import MODELS, OVERHEAD_MODELS, write_repositories
 from benchmarks.run import parse_level, start_system
 from rayton_perf.config import PerfConfig
 from rayton_perf.runner import run_level
@@ -130,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, str], CpuShare] = {}
     with tempfile.TemporaryDirectory(prefix="rayton-cpu-") as tmp:
         root = Path(tmp)
-        rayton_repo, reference_repo = write_repositories(root)
+        asked = {model for model, _, _ in levels}
+        extra = tuple(m for m in OVERHEAD_MODELS if m.name in asked)
+        rayton_repo, reference_repo = write_repositories(root, MODELS + extra)
         repos = {"rayton": rayton_repo, "reference": reference_repo}
         for name in args.systems.split(","):
             system = start_system(name, repos, root)

@@ -20,8 +20,9 @@ IMAGE_SHAPE = (480, 640, 3)  # what the python pipeline models take: a VGA RGB i
 @dataclass(frozen=True)
 class BenchModel:
     """One benchmark model. ``kind``: ``onnx`` (rayton's ONNX Runtime backend; the reference
-    Triton runs the same file in a python model) or ``python`` (the same ``model.py`` on both
-    servers). ``classifier``: the ONNX model a python pipeline calls through BLS."""
+    Triton runs the same file in a python model), ``python`` (the same ``model.py`` on both
+    servers) or ``native`` (the same C backend, ``benchmarks/native/<name>.c``, on both).
+    ``classifier``: the ONNX model a python pipeline calls through BLS."""
 
     name: str
     input_dims: tuple[int, ...]
@@ -36,6 +37,8 @@ class BenchModel:
             return save_onnx_mlp(path, (512, 2048, 2048, 1000))
         if self.name == "convnet":
             return save_onnx_convnet(path)
+        if self.name == "copy_onnx":
+            return save_onnx_identity(path, self.input_dims)
         return save_onnx_cnn(path, self.input_dims, self.output_dims[0])
 
 
@@ -52,6 +55,30 @@ MODELS = (
     BenchModel("trivial", (4,), (4,), 0, "python"),
 )
 ONNX_MODELS = tuple(m for m in MODELS if m.kind == "onnx")
+# The C-backend overhead pair, written only where asked for (``write_repositories``): a C
+# backend that copies its input, and the same copy as an ONNX model (an Identity node).
+OVERHEAD_MODELS = (
+    BenchModel("copy_native", (512,), (512,), kind="native"),
+    BenchModel("copy_onnx", (512,), (512,)),
+)
+NATIVE_SOURCES = Path(__file__).parent / "native"
+
+
+def save_onnx_identity(path: Path, dims: tuple[int, ...]) -> Path:
+    """OUTPUT0 = INPUT0, FP32 ``[batch, *dims]``."""
+    import onnx
+    from onnx import helper
+
+    shape = ["batch", *dims]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        "identity",
+        [helper.make_tensor_value_info("INPUT0", onnx.TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("OUTPUT0", onnx.TensorProto.FLOAT, shape)],
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
 
 
 def _config(model: BenchModel, backend: str) -> str:
@@ -223,12 +250,23 @@ _PYTHON_MODELS = {
 }
 
 
-def write_repositories(root: Path) -> tuple[Path, Path]:
+def write_repositories(root: Path, models: tuple[BenchModel, ...] = MODELS) -> tuple[Path, Path]:
     """Write ``root/rayton`` and ``root/reference``; returns both repository paths."""
     rayton, reference = root / "rayton", root / "reference"
-    for model in MODELS:
+    for model in models:
         for repository in (rayton, reference):
             (repository / model.name / "1").mkdir(parents=True, exist_ok=True)
+        if model.kind == "native":
+            from repo_adapter.backends.native.build import build_backend, build_host
+
+            build_host()
+            library = build_backend(
+                [NATIVE_SOURCES / "copy.c"], "copy", root / "native-build" / model.name
+            )
+            for repository in (rayton, reference):
+                (repository / model.name / library.name).write_bytes(library.read_bytes())
+                (repository / model.name / "config.pbtxt").write_text(_config(model, "copy"))
+            continue
         if model.kind == "python":
             for repository in (rayton, reference):
                 (repository / model.name / "1" / "model.py").write_text(_PYTHON_MODELS[model.name])

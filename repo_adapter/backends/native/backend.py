@@ -180,11 +180,17 @@ class NativeTritonBackend(Backend):
             self._loop = loop
         pending = [self._handed(queue, request, loop) for request in requests]
         try:
-            await loop.run_in_executor(self.thread, instance.execute, [p.request for p in pending])
+            # What Execute sends before it returns is drained here at once, not through a
+            # wake-up of the loop per response; later responses wake it through the fd.
+            with queue.held():
+                await loop.run_in_executor(
+                    self.thread, instance.execute, [p.request for p in pending]
+                )
         except InferenceServerError as refused:  # the backend took none of them
             for item in pending:
                 self._forget(item)
             return Execution([refused] * len(requests))
+        self._drain()
         await asyncio.gather(*(item.done for item in pending))
         pairs = zip(requests, pending, strict=True)
         results = [self._result(request, item) for request, item in pairs]
@@ -230,7 +236,7 @@ class NativeTritonBackend(Backend):
         queue = self._queue
         if queue is None:
             return
-        while (event := queue.pop()) is not None:
+        for event in queue.pop_all():
             item = self._pending.get(event.token)
             if item is None:
                 continue

@@ -12,9 +12,11 @@ arrives in the request's :class:`CompletionQueue` as :class:`ResponseEvent` and
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +36,7 @@ DATATYPES = (
     "INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32",
     "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16",
 )  # fmt: skip
+_DATATYPE_CODES = {name: code for code, name in enumerate(DATATYPES)}
 # TRITONSERVER_Error_Code's values, in order from 0.
 ERROR_CODES = (
     StatusCode.UNKNOWN,
@@ -48,6 +51,8 @@ ERROR_CODES = (
 # TRITONSERVER_InstanceGroupKind's values.
 INSTANCE_KINDS = {"KIND_AUTO": 0, "KIND_CPU": 1, "KIND_GPU": 2, "KIND_MODEL": 3}
 RESPONSE_COMPLETE_FINAL = 1
+_EVENTS_PER_POP = 64  # events read per call into the host
+_OUTPUTS_PER_CALL = 8  # outputs read per call (more: a second call)
 REQUEST_FLAG_SEQUENCE_START, REQUEST_FLAG_SEQUENCE_END = 1, 2
 
 _EVENT_RESPONSE, _EVENT_RELEASE = 1, 2
@@ -62,6 +67,17 @@ class _Event(ctypes.Structure):
         ("response", _p),
         ("error", _p),
         ("next", _p),
+    ]
+
+
+class _OutputView(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("datatype", ctypes.c_int),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("dims_count", ctypes.c_uint32),
+        ("buffer", _p),
+        ("byte_size", ctypes.c_uint64),
     ]
 
 
@@ -89,7 +105,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "rayton_set_verbose_logging": (None, [ctypes.c_int]),
     "rayton_queue_new": (_p, []),
     "rayton_queue_fd": (ctypes.c_int, [_p]),
+    "rayton_queue_hold": (None, [_p, ctypes.c_int]),
     "rayton_queue_pop": (ctypes.c_int, [_p, ctypes.POINTER(_Event)]),
+    "rayton_queue_pop_many": (ctypes.c_uint32, [_p, ctypes.POINTER(_Event), ctypes.c_uint32]),
     "rayton_queue_delete": (None, [_p]),
     "rayton_backend_load": (_p, [ctypes.c_char_p] * 4 + [ctypes.POINTER(_p)]),
     "rayton_backend_unload": (_p, [_p]),
@@ -140,19 +158,9 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "rayton_request_add_bool_parameter": (None, [_p, ctypes.c_char_p, ctypes.c_int]),
     "rayton_request_add_double_parameter": (None, [_p, ctypes.c_char_p, ctypes.c_double]),
     "rayton_request_delete": (None, [_p]),
-    "rayton_response_output_count": (ctypes.c_uint32, [_p]),
-    "rayton_response_output": (
-        None,
-        [
-            _p,
-            ctypes.c_uint32,
-            ctypes.POINTER(ctypes.c_char_p),
-            ctypes.POINTER(ctypes.c_int),
-            ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
-            ctypes.POINTER(ctypes.c_uint32),
-            ctypes.POINTER(_p),
-            ctypes.POINTER(ctypes.c_uint64),
-        ],
+    "rayton_response_outputs": (
+        ctypes.c_uint32,
+        [_p, ctypes.POINTER(_OutputView), ctypes.c_uint32],
     ),
     "TRITONBACKEND_ResponseDelete": (_p, [_p]),
 }
@@ -163,6 +171,10 @@ _host_lock = threading.Lock()
 
 def host() -> ctypes.CDLL:
     """The host library, loaded globally on first use (BuildError when it is not built)."""
+    return _host if _host is not None else _load_host()
+
+
+def _load_host() -> ctypes.CDLL:
     global _host
     with _host_lock:
         if _host is None:
@@ -382,6 +394,7 @@ class CompletionQueue:
     def __init__(self) -> None:
         self._handle: int | None = host().rayton_queue_new()
         self.fd: int = host().rayton_queue_fd(self._handle)
+        self._events = (_Event * _EVENTS_PER_POP)()  # only the reader's thread pops
 
     @property
     def handle(self) -> int:
@@ -389,23 +402,26 @@ class CompletionQueue:
             raise RuntimeError("completion queue closed")
         return self._handle
 
-    def pop(self) -> ResponseEvent | ReleaseEvent | None:
-        """The oldest event, or None when none waits."""
-        library = host()
-        raw = _Event()
-        if not library.rayton_queue_pop(self.handle, ctypes.byref(raw)):
-            return None
-        if raw.kind == _EVENT_RELEASE:
-            return ReleaseEvent(raw.token)
-        outputs = _outputs(raw.response) if raw.response else []
-        if raw.response:
-            library.TRITONBACKEND_ResponseDelete(raw.response)
-        return ResponseEvent(
-            raw.token,
-            bool(raw.flags & RESPONSE_COMPLETE_FINAL),
-            outputs,
-            take_error(raw.error),
-        )
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No wake-ups (:attr:`fd` stays quiet) while the block runs: the caller drains the
+        queue itself after it, instead of being woken for each event. Leaving the last hold
+        with events waiting makes :attr:`fd` readable."""
+        host().rayton_queue_hold(self.handle, 1)
+        try:
+            yield
+        finally:
+            if self._handle is not None:
+                host().rayton_queue_hold(self._handle, -1)
+
+    def pop_all(self) -> list[ResponseEvent | ReleaseEvent]:
+        """Every event waiting, oldest first (the queue is empty after)."""
+        library, events, popped = host(), self._events, []
+        while True:
+            count = library.rayton_queue_pop_many(self.handle, events, len(events))
+            popped += [_event(library, raw) for raw in events[:count]]
+            if count < len(events):
+                return popped
 
     def close(self) -> None:
         handle, self._handle = self._handle, None
@@ -413,34 +429,38 @@ class CompletionQueue:
             host().rayton_queue_delete(handle)
 
 
-def _outputs(response: int) -> list[OutputTensor]:
-    library = host()
+def _event(library: ctypes.CDLL, raw: _Event) -> ResponseEvent | ReleaseEvent:
+    if raw.kind == _EVENT_RELEASE:
+        return ReleaseEvent(raw.token)
     outputs = []
-    for index in range(library.rayton_response_output_count(response)):
-        name, datatype = ctypes.c_char_p(), ctypes.c_int()
-        shape, dims = ctypes.POINTER(ctypes.c_int64)(), ctypes.c_uint32()
-        buffer, size = _p(), ctypes.c_uint64()
-        library.rayton_response_output(
-            response,
-            index,
-            ctypes.byref(name),
-            ctypes.byref(datatype),
-            ctypes.byref(shape),
-            ctypes.byref(dims),
-            ctypes.byref(buffer),
-            ctypes.byref(size),
-        )
-        dims_tuple = tuple(shape[i] for i in range(dims.value))
-        protocol = DATATYPES[datatype.value] if 0 <= datatype.value < len(DATATYPES) else "INVALID"
-        raw = ctypes.string_at(buffer.value, size.value) if size.value else b""
-        array = _array(raw, protocol, dims_tuple)
-        outputs.append(OutputTensor((name.value or b"").decode(), protocol, dims_tuple, array))
+    if raw.response:
+        outputs = _outputs(library, raw.response)
+        library.TRITONBACKEND_ResponseDelete(raw.response)
+    return ResponseEvent(
+        raw.token, bool(raw.flags & RESPONSE_COMPLETE_FINAL), outputs, take_error(raw.error)
+    )
+
+
+def _outputs(library: ctypes.CDLL, response: int) -> list[OutputTensor]:
+    views = (_OutputView * _OUTPUTS_PER_CALL)()
+    count = library.rayton_response_outputs(response, views, len(views))
+    if count > len(views):
+        views = (_OutputView * count)()
+        library.rayton_response_outputs(response, views, count)
+    outputs = []
+    for view in views[:count]:
+        dims = tuple(view.shape[: view.dims_count])
+        datatype = view.datatype
+        protocol = DATATYPES[datatype] if 0 <= datatype < len(DATATYPES) else "INVALID"
+        raw = ctypes.string_at(view.buffer, view.byte_size) if view.byte_size else b""
+        array = _array(raw, protocol, dims)
+        outputs.append(OutputTensor((view.name or b"").decode(), protocol, dims, array))
     return outputs
 
 
 def _array(raw: bytes, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
     """An output buffer as an array of its shape; BYTES as Triton's length-prefixed strings."""
-    count = int(np.prod(shape)) if shape else 1
+    count = math.prod(shape)
     if datatype == "BYTES":
         return deserialize_bytes_tensor(raw, count).reshape(shape)
     dtype = protocol_to_numpy(datatype)
@@ -490,7 +510,7 @@ class NativeRequest:
             library.rayton_request_add_input(
                 self._handle,
                 _text(name),
-                DATATYPES.index(datatype),
+                _DATATYPE_CODES[datatype],
                 shape,
                 array.ndim,
                 data.ctypes.data if data.nbytes else None,

@@ -217,18 +217,26 @@ typedef struct rayton_queue {
   pthread_mutex_t lock;
   rayton_event* head;
   rayton_event* tail;
-  int fd; /* eventfd: readable while events wait */
+  int fd;    /* eventfd: readable while events wait (unless held) */
+  int holds; /* while > 0 the reader drains by itself: no wake-ups */
 } rayton_queue;
 
-static void queue_push(rayton_queue* queue, rayton_event* event) {
+static void queue_signal(rayton_queue* queue) {
   uint64_t one = 1;
+  while (write(queue->fd, &one, sizeof(one)) < 0 && errno == EINTR) {
+  }
+}
+
+/* Only the first event of an empty queue wakes the reader (it pops until the queue is
+ * empty), and none while the reader holds the queue (it drains after Execute returns). */
+static void queue_push(rayton_queue* queue, rayton_event* event) {
   pthread_mutex_lock(&queue->lock);
+  int wake = queue->tail == NULL && queue->holds == 0;
   if (queue->tail) queue->tail->next = event;
   else queue->head = event;
   queue->tail = event;
   pthread_mutex_unlock(&queue->lock);
-  while (write(queue->fd, &one, sizeof(one)) < 0 && errno == EINTR) {
-  }
+  if (wake) queue_signal(queue);
 }
 
 /* ------------------------------------------------------------------ backend, model, instance */
@@ -1110,6 +1118,16 @@ RAYTON_EXPORT rayton_queue* rayton_queue_new(void) {
 
 RAYTON_EXPORT int rayton_queue_fd(rayton_queue* queue) { return queue->fd; }
 
+/* Holds (+1) or lets go (-1) of the queue's wake-ups; letting go of the last hold with events
+ * waiting wakes the reader, so none is missed. */
+RAYTON_EXPORT void rayton_queue_hold(rayton_queue* queue, int delta) {
+  pthread_mutex_lock(&queue->lock);
+  queue->holds += delta;
+  int wake = queue->holds == 0 && queue->head != NULL;
+  pthread_mutex_unlock(&queue->lock);
+  if (wake) queue_signal(queue);
+}
+
 /* Pops the oldest event into *out (its next pointer cleared); 0 when none waits. */
 RAYTON_EXPORT int rayton_queue_pop(rayton_queue* queue, rayton_event* out) {
   uint64_t count;
@@ -1128,6 +1146,15 @@ RAYTON_EXPORT int rayton_queue_pop(rayton_queue* queue, rayton_event* out) {
   out->next = NULL;
   free(event);
   return 1;
+}
+
+/* Pops up to `capacity` events into out[0..n) (one call for a whole batch's events); n. Fewer
+ * than `capacity` means the queue is empty now. */
+RAYTON_EXPORT uint32_t rayton_queue_pop_many(rayton_queue* queue, rayton_event* out,
+                                             uint32_t capacity) {
+  uint32_t count = 0;
+  while (count < capacity && rayton_queue_pop(queue, &out[count])) ++count;
+  return count;
 }
 
 RAYTON_EXPORT void rayton_queue_delete(rayton_queue* queue) {
@@ -1379,19 +1406,28 @@ RAYTON_EXPORT void rayton_request_delete(TRITONBACKEND_Request* request) {
   free(request);
 }
 
-RAYTON_EXPORT uint32_t rayton_response_output_count(TRITONBACKEND_Response* response) {
-  return response->output_count;
-}
+/* What the reader sees of one output of a sent response; the pointers live as long as the
+ * response. */
+typedef struct {
+  const char* name;
+  int datatype;
+  const int64_t* shape;
+  uint32_t dims_count;
+  const void* buffer;
+  uint64_t byte_size;
+} rayton_output_view;
 
-/* The i-th output of a sent response; the pointers live as long as the response. */
-RAYTON_EXPORT void rayton_response_output(
-    TRITONBACKEND_Response* response, uint32_t index, const char** name, int* datatype,
-    const int64_t** shape, uint32_t* dims_count, const void** buffer, uint64_t* byte_size) {
-  TRITONBACKEND_Output* output = response->outputs[index];
-  *name = output->name;
-  *datatype = (int)output->datatype;
-  *shape = output->shape;
-  *dims_count = output->dims_count;
-  *buffer = output->buffer;
-  *byte_size = output->buffer ? output->byte_size : 0;
+/* Fills out[0..min(count, capacity)) with the response's outputs; their count. */
+RAYTON_EXPORT uint32_t rayton_response_outputs(TRITONBACKEND_Response* response,
+                                               rayton_output_view* out, uint32_t capacity) {
+  for (uint32_t index = 0; index < response->output_count && index < capacity; ++index) {
+    TRITONBACKEND_Output* output = response->outputs[index];
+    out[index].name = output->name;
+    out[index].datatype = (int)output->datatype;
+    out[index].shape = output->shape;
+    out[index].dims_count = output->dims_count;
+    out[index].buffer = output->buffer;
+    out[index].byte_size = output->buffer ? output->byte_size : 0;
+  }
+  return response->output_count;
 }

@@ -57,8 +57,7 @@ def drain(queue: CompletionQueue, until, timeout_s: float = 10.0) -> list:
     while not until(events):
         ready, _, _ = select.select([queue.fd], [], [], timeout_s)
         assert ready, f"no event within {timeout_s} s; so far {events}"
-        while (event := queue.pop()) is not None:
-            events.append(event)
+        events += queue.pop_all()
     return events
 
 
