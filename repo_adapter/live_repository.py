@@ -20,7 +20,7 @@ from typing import TypedDict
 from tritonclient.grpc import model_config_pb2 as mc
 from typing_extensions import NotRequired
 
-from repo_adapter.backends.native.locate import DEFAULT_BACKEND_DIRECTORY
+from repo_adapter.backends.backend_files import DEFAULT_BACKEND_DIRECTORY
 from repo_adapter.config import config_from_json
 from repo_adapter.ensemble import member_names, validate_ensemble
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode

@@ -21,13 +21,15 @@ from repo_adapter.backends import (
     probe_order,
     supported_backends,
 )
-from repo_adapter.backends.base import ModelVersion
-from repo_adapter.backends.native.locate import (
+from repo_adapter.backends.backend_files import (
     DEFAULT_BACKEND_DIRECTORY,
-    backend_library,
+    PYTHON_BASED_MODEL_FILE,
+    backend_file,
+    is_python_based,
     library_name,
     search_paths,
 )
+from repo_adapter.backends.base import ModelVersion
 from repo_adapter.config import (
     CONFIG_FILENAME,
     ENSEMBLE_PLATFORM,
@@ -52,7 +54,8 @@ class RepositoryModel:
     labels: dict[str, list[str]] = field(default_factory=dict)
     error: str = ""
     needs_device: bool = False  # error is a device the cluster lacks, not a broken model
-    backend_library: Path | None = None  # a Triton C/C++ backend's libtriton_<name>.so
+    # A backend rayton does not have: a Triton C/C++ library or a python-based backend's model.py
+    backend_file: Path | None = None
 
     @property
     def available(self) -> bool:
@@ -64,7 +67,7 @@ class RepositoryModel:
 
     def model_version(self, version: int) -> ModelVersion:
         assert self.config is not None
-        return ModelVersion(self.name, version, self.config, self.path, self.backend_library)
+        return ModelVersion(self.name, version, self.config, self.path, self.backend_file)
 
 
 def scan_repository(
@@ -133,7 +136,9 @@ def scan_model(
         model.config = _complete_config(model_dir, gpu_ids, config_override)
         model.versions = select_versions(model.config, available_versions(model_dir))
         if not model.is_ensemble and not is_registered(model.config.backend):
-            model.backend_library = _native_library(model, backend_directory)
+            model.backend_file = _backend_file(model, backend_directory)
+            if is_python_based(model.backend_file) and not model.config.runtime:
+                model.config.runtime = model.backend_file.name  # as Triton reports it
         if not model.is_ensemble:
             for version in model.versions:
                 _check_model_file(model.model_version(version))
@@ -148,18 +153,20 @@ def scan_model(
     return model
 
 
-def _native_library(model: RepositoryModel, backend_directory: str) -> Path:
-    """The C/C++ library of a backend rayton does not have itself, as Triton finds it."""
+def _backend_file(model: RepositoryModel, backend_directory: str) -> Path:
+    """The C/C++ library or python-based backend of a backend rayton does not have itself,
+    as Triton finds it."""
     assert model.config is not None
-    backend = model.config.backend
-    found = backend_library(backend, model.path, model.versions, backend_directory)
+    backend, runtime = model.config.backend, model.config.runtime
+    found = backend_file(backend, model.path, model.versions, backend_directory, runtime)
     if found is None:
-        searched = search_paths(backend, model.path, model.versions, backend_directory)
+        searched = search_paths(backend, model.path, model.versions, backend_directory, runtime)
+        python_based = PYTHON_BASED_MODEL_FILE if not runtime.endswith(".py") else runtime
         raise ModelConfigError(
-            f"unable to find backend library '{library_name(backend)}' for model "
-            f"'{model.name}' (backend '{backend}' is none of rayton's: "
-            f"{', '.join(supported_backends())}), searched: "
-            f"{', '.join(str(p.parent) for p in searched)}"
+            f"unable to find backend library '{library_name(backend, runtime)}' or a "
+            f"python-based backend '{backend}/{python_based}' for model '{model.name}' "
+            f"(backend '{backend}' is none of rayton's: {', '.join(supported_backends())}), "
+            f"searched: {', '.join(dict.fromkeys(str(p.parent) for p in searched))}"
         )
     return found
 

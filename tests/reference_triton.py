@@ -45,7 +45,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,8 @@ class ReferenceTriton:
     """A tritonserver 2.51 process serving ``model_repository`` on loopback ports.
 
     ``extra_args`` are appended to the command line (e.g. ``--model-control-mode=explicit``).
+    ``extra_backends``: directories copied into the server's backend directory as
+    ``<name>/`` (a python-based backend's ``model.py``, say).
     ``start_timeout`` bounds the wait for ``/v2/health/live``; in the default model control
     mode the HTTP endpoint only comes up after every model was (tried to be) loaded.
     """
@@ -194,11 +196,13 @@ class ReferenceTriton:
         extra_args: Iterable[str] = (),
         start_timeout: float = 60.0,
         stop_timeout: float = 15.0,
+        extra_backends: Mapping[str, Path] | None = None,
     ) -> None:
         if isinstance(model_repository, (str, Path)):
             model_repository = [model_repository]
         self.model_repositories = [Path(p).resolve() for p in model_repository]
         self.extra_args = list(extra_args)
+        self.extra_backends = dict(extra_backends or {})
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.http_port = self.grpc_port = self.metrics_port = 0
@@ -368,6 +372,8 @@ class ReferenceTriton:
         for name in _PYTHON_BACKEND_FILES:
             shutil.copy2(server_root / "backends" / "python" / name, python_dir / name)
         shutil.copy2(stub, python_dir / _STUB_NAME)
+        for name, source in self.extra_backends.items():
+            shutil.copytree(source, self.workspace / "backends" / name)
         # The wheel renamed libtritonserver.so (auditwheel); a C backend built against Triton
         # (or rayton's host) needs it under its own name. The link is the same file, so the
         # loader reuses the copy the server already has.

@@ -46,7 +46,7 @@ from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME, TritonSer
 from deployments.grpc.server import GrpcSpec
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.metrics.options import MetricsAppArgs
-from repo_adapter.backends.native.locate import DEFAULT_BACKEND_DIRECTORY
+from repo_adapter.backends.backend_files import DEFAULT_BACKEND_DIRECTORY
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.live_repository import LiveRepository
 from repo_adapter.repository import RepositoryModel

@@ -141,7 +141,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
                 spec.labels,
                 instances,
                 admission=serve_batch_admission,
-                backend_library=spec.native_library(),
+                backend_file=spec.backend_file_path(),
             )
 
         return spec_generation(entry["spec"]), load_model

@@ -205,7 +205,8 @@ class ModelSpec:
     pinned_gpu: int | None = None  # the GPU index of the node this replica must use
     gpu_memory_fraction: float = 0.0  # its share of the GPU's memory (0: no cap)
     python_stubs: bool = False  # python instances run in stub processes of their own
-    backend_library: str = ""  # a Triton C/C++ backend's libtriton_<name>.so, as scanned
+    # A backend rayton does not have, as scanned: a C/C++ library or a python-based model.py
+    backend_file: str = ""
 
     @classmethod
     def from_repository_model(
@@ -231,7 +232,7 @@ class ModelSpec:
             pinned_gpu=pinned_gpu,
             gpu_memory_fraction=gpu_memory_fraction,
             python_stubs=python_stubs,
-            backend_library=str(model.backend_library or ""),
+            backend_file=str(model.backend_file or ""),
         )
 
     def to_user_config(self) -> dict[str, Any]:
@@ -246,9 +247,9 @@ class ModelSpec:
         config.ParseFromString(self.config_bytes)
         return config
 
-    def native_library(self) -> Path | None:
-        """The C/C++ backend library the scan found (None: a backend of rayton's)."""
-        return Path(self.backend_library) if self.backend_library else None
+    def backend_file_path(self) -> Path | None:
+        """The backend file the scan found (None: a backend of rayton's)."""
+        return Path(self.backend_file) if self.backend_file else None
 
 
 def _instance(spec: ModelSpec) -> InstanceSpec:
@@ -291,7 +292,7 @@ class TritonModel(ServedModelDeployment):
                 spec.labels,
                 instance,
                 admission=serve_batch_admission,
-                backend_library=spec.native_library(),
+                backend_file=spec.backend_file_path(),
             )
 
         return load

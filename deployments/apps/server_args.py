@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from deployments.command_flag import Flag
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.observability.log_settings import LogSettings
-from repo_adapter.backends.native.locate import DEFAULT_BACKEND_DIRECTORY
+from repo_adapter.backends.backend_files import DEFAULT_BACKEND_DIRECTORY
 
 DEFAULT_POLL_SECS = 15.0
 # A model whose replicas are not all up by then is UNAVAILABLE (its application is removed).

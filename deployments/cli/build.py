@@ -20,7 +20,7 @@ from deployments.cli.flags import add_settings_command
 from deployments.cli.settings import Endpoints, selected_models
 from deployments.command_flag import Flag
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
-from repo_adapter.backends.native.locate import DEFAULT_BACKEND_DIRECTORY
+from repo_adapter.backends.backend_files import DEFAULT_BACKEND_DIRECTORY
 from repo_adapter.model_state import ModelState
 from repo_adapter.repository import RepositoryModel
 

@@ -54,14 +54,15 @@ class SingleModel:
         labels: dict[str, list[str]],
         instance: InstanceSpec | Sequence[InstanceSpec],
         admission: AdmissionFactory | None = None,
-        backend_library: Path | None = None,
+        backend_file: Path | None = None,
     ) -> None:
         """Load ``versions`` of the model in ``model_dir`` as ``instance`` (or instances: each
         loads every version and runs batches in parallel with the others).
 
         ``admission`` is the batcher's admission stage (``@serve.batch`` in a replica; None
-        sends requests straight to the batch queue). ``backend_library``: the Triton C/C++
-        backend the repository scan found for the config's backend (None: one of rayton's).
+        sends requests straight to the batch queue). ``backend_file``: the Triton C/C++ library or
+        python-based backend the repository scan found for the config's backend (None: one of
+        rayton's).
         """
         self.config = config
         self.name = config.name
@@ -78,7 +79,7 @@ class SingleModel:
         self._admission = admission
         instances = [instance] if isinstance(instance, InstanceSpec) else list(instance)
         for version in versions:
-            model = ModelVersion(self.name, version, config, model_dir, backend_library)
+            model = ModelVersion(self.name, version, config, model_dir, backend_file)
             self._load_version(model, instances)
 
     def _load_version(self, model: ModelVersion, instances: list[InstanceSpec]) -> None:

@@ -70,17 +70,20 @@ def supported_backends() -> tuple[str, ...]:
 
 def is_registered(backend: str) -> bool:
     """Whether ``backend`` names one of rayton's (or a plugin's) Python backends; any other
-    name is a Triton C/C++ backend library's (:mod:`repo_adapter.backends.native`)."""
+    name is a Triton C/C++ backend library's (:mod:`repo_adapter.backends.native`) or a
+    python-based backend's (:mod:`repo_adapter.backends.backend_files`)."""
     return backend in _registered()
 
 
 def model_backend_class(model: ModelVersion) -> type[Backend]:
-    """The class serving ``model``: its C/C++ library's when the scan found one, else the
-    registered backend its config names."""
-    if model.backend_library is not None:
+    """The class serving ``model``: the python backend for a python-based backend's model, its
+    C/C++ library's when the scan found one, else the registered backend its config names."""
+    if model.python_based_backend:
+        return backend_class("python")
+    if model.backend_file is not None:
         from repo_adapter.backends.native.backend import native_backend_class
 
-        return native_backend_class(model.config.backend, model.backend_library)
+        return native_backend_class(model.config.backend, model.backend_file)
     return backend_class(model.config.backend)
 
 

@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from repo_adapter.backends.backend_files import is_python_based
 from repo_adapter.datatypes import config_to_protocol, protocol_to_numpy
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import (
@@ -62,7 +63,8 @@ class ModelVersion:
     version: int
     config: mc.ModelConfig
     model_dir: Path
-    backend_library: Path | None = None  # a Triton C/C++ backend's libtriton_<name>.so
+    # A backend rayton does not have: a Triton C/C++ library or a python-based backend's model.py
+    backend_file: Path | None = None
 
     @property
     def version_dir(self) -> Path:
@@ -70,7 +72,14 @@ class ModelVersion:
 
     @property
     def model_path(self) -> Path:
+        if self.python_based_backend:
+            return self.backend_file  # the backend's model.py serves every version
         return self.version_dir / self.config.default_model_filename
+
+    @property
+    def python_based_backend(self) -> bool:
+        """Whether a python-based backend (its ``model.py``) serves this model."""
+        return self.backend_file is not None and is_python_based(self.backend_file)
 
 
 @dataclass

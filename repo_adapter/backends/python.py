@@ -153,7 +153,9 @@ class PythonBackend(Backend):
 
     @property
     def model_file(self) -> Path:
-        """The model.py this instance runs."""
+        """The model.py this instance runs: its version's, or its python-based backend's."""
+        if self.model.python_based_backend:
+            return self.model.model_path
         filename = self.config.default_model_filename or DEFAULT_MODEL_FILENAME
         return self.model.version_dir / filename
 

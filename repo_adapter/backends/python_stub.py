@@ -204,6 +204,7 @@ class PythonStubBackend(Backend):
                 str(self.model.model_dir),
                 self.instance,
                 _model_log_level(),
+                str(self.model.backend_file or ""),
             )
         )
         try:

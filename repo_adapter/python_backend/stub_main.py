@@ -131,7 +131,13 @@ class Stub:
         _follow_log_level(message.log_level)
         config = mc.ModelConfig()
         config.ParseFromString(message.config_bytes)
-        model = ModelVersion(message.model_name, message.version, config, Path(message.model_dir))
+        model = ModelVersion(
+            message.model_name,
+            message.version,
+            config,
+            Path(message.model_dir),
+            Path(message.backend_file) if message.backend_file else None,
+        )
         backend = PythonBackend(model, message.instance)
         try:
             # load() waits for initialize() on the instance's thread; the loop stays free

@@ -29,6 +29,7 @@ class StartInstance:
     model_dir: str
     instance: InstanceSpec
     log_level: int  # the host's level for model log lines (``rayton.python_model``)
+    backend_file: str = ""  # a python-based backend's model.py ("" : the version's own)
 
 
 @dataclass(frozen=True)

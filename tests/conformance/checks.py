@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,16 @@ class Observations:
 
 
 @contextlib.contextmanager
-def reference_serving(repository: Path, extra_args: Sequence[str] = ()) -> Iterator[Server]:
+def reference_serving(
+    repository: Path,
+    extra_args: Sequence[str] = (),
+    extra_backends: Mapping[str, Path] | None = None,
+) -> Iterator[Server]:
     """The reference tritonserver serving ``repository`` with every model loaded (skipped
-    where it cannot run, failed in CI), stopped afterwards."""
+    where it cannot run, failed in CI), stopped afterwards; ``extra_backends`` go into its
+    backend directory."""
     require_reference_triton()
-    reference = ReferenceTriton(repository, extra_args=extra_args)
+    reference = ReferenceTriton(repository, extra_args=extra_args, extra_backends=extra_backends)
     try:
         reference.start()
     except ReferenceTritonError as err:

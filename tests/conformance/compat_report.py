@@ -47,9 +47,9 @@ GROUP_TITLES = {
     "metrics": "Prometheus metrics (`/metrics`: families, types, labels, per-model counts)",
     "explicit": "Explicit model control (`--model-control-mode explicit --load-model '*'` on "
     "both, `tests/conformance/test_explicit_mode.py`)",
-    "native": "C and C++ backends (the same `libtriton_scale.so`, a C test backend, and "
-    "`libtriton_imgprep.so`, the C++ example built with CMake, loaded by both, "
-    "`tests/conformance/test_native_backends.py`)",
+    "native": "Backends of one's own (the same `libtriton_scale.so`, a C test backend, "
+    "`libtriton_imgprep.so`, the C++ example built with CMake, and a python-based backend "
+    "`backends/scaling/model.py`, loaded by both, `tests/conformance/test_native_backends.py`)",
 }
 
 

@@ -88,3 +88,28 @@ def _(t: Target) -> Any:
 @case("native_imgprep_stats", "native", "its statistics after the requests above")
 def _(t: Target) -> Any:
     return t.client.statistics(IMGPREP)
+
+
+# A python-based backend (``<backend directory>/scaling/model.py``) serving two models, each
+# scaling by the factor in its own version directory (tests.conformance.test_native_backends).
+SCALING_MODELS = {"scaled_twice": "2", "scaled_thrice": "3"}
+
+
+@case("python_based_config", "native", "a python-based backend's model: /config")
+def _(t: Target) -> Any:
+    return t.client.model_config("scaled_twice")
+
+
+@case("python_based_infer", "native", "its model scaling by the factor in its own files")
+def _(t: Target) -> Any:
+    return t.client.infer("scaled_twice", rows(1.0, 2.5))
+
+
+@case("python_based_other_model", "native", "another model of the same backend, its own factor")
+def _(t: Target) -> Any:
+    return t.client.infer("scaled_thrice", rows(1.0, 2.5))
+
+
+@case("python_based_stats", "native", "statistics of a python-based backend's model")
+def _(t: Target) -> Any:
+    return t.client.statistics("scaled_thrice")

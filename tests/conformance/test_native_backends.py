@@ -1,7 +1,8 @@
-"""rayton against the real Triton for backends written here: the same ``libtriton_scale.so``
-(built from ``scale.c`` with the project's build module) and ``libtriton_imgprep.so`` (the
-C++ example, built with CMake) served by the reference tritonserver 2.51 and by rayton, the
-cases of :mod:`tests.conformance.native_cases` over HTTP and gRPC."""
+"""rayton against the real Triton for backends of one's own: the same ``libtriton_scale.so``
+(built from ``scale.c`` with the project's build module), ``libtriton_imgprep.so`` (the C++
+example, built with CMake) and a python-based backend (``backends/scaling/model.py``) served
+by the reference tritonserver 2.51 and by rayton, the cases of
+:mod:`tests.conformance.native_cases` over HTTP and gRPC."""
 
 from __future__ import annotations
 
@@ -21,7 +22,15 @@ from tests.conformance.checks import (
     wait_ready,
 )
 from tests.conformance.driver import Server
-from tests.conformance.native_cases import CONFIG, IMGPREP, MODEL, NATIVE_REGISTRY
+from tests.conformance.native_cases import (
+    CONFIG,
+    IMGPREP,
+    MODEL,
+    NATIVE_REGISTRY,
+    SCALING_MODELS,
+)
+from tests.repo_adapter.backends.test_backend_files import CONFIG as SCALING_CONFIG
+from tests.repo_adapter.backends.test_backend_files import SCALING_BACKEND
 from tests.support.native_backends import build_scale_variants
 from tests.support.ports import free_port
 
@@ -43,11 +52,22 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
     shutil.copytree(MODELS_DIR / IMGPREP, repository / IMGPREP)
     (repository / IMGPREP / "1").mkdir()
     shutil.copy(imgprep, repository / IMGPREP / imgprep.name)
-    with reference_serving(repository) as reference:
+    # A python-based backend, and two models it serves, each with its own factor file.
+    backends = repository.parent / "backends"
+    (backends / "scaling").mkdir(parents=True)
+    (backends / "scaling" / "model.py").write_text(SCALING_BACKEND)
+    for name, factor in SCALING_MODELS.items():
+        (repository / name / "1").mkdir(parents=True)
+        (repository / name / "config.pbtxt").write_text(SCALING_CONFIG)
+        (repository / name / "1" / "factor.txt").write_text(factor)
+    python_based = {"scaling": backends / "scaling"}
+    with reference_serving(repository, extra_backends=python_based) as reference:
         grpc_port = free_port()
         rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
         try:
-            serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
+            serve_cluster.deploy_live(
+                repository, "none", grpc_port=grpc_port, backend_directory=str(backends)
+            )
             wait_ready(serve_cluster.http_url, timeout_s=120)
             yield observe((reference, rayton), NATIVE_REGISTRY)
         finally:

@@ -62,7 +62,7 @@ def images(*shapes: tuple[int, int]) -> list[np.ndarray]:
 def test_the_repository_holds_the_backend_beside_its_model(repository):
     scanned = scan_model(repository / "imgprep")
     assert scanned.error == ""
-    assert scanned.backend_library == repository / "imgprep" / "libtriton_imgprep.so"
+    assert scanned.backend_file == repository / "imgprep" / "libtriton_imgprep.so"
 
 
 def test_images_of_any_size_are_resized_and_normalised(repository):
