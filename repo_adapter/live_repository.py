@@ -20,7 +20,7 @@ from typing import TypedDict
 from tritonclient.grpc import model_config_pb2 as mc
 from typing_extensions import NotRequired
 
-from repo_adapter.backends.backend_files import DEFAULT_BACKEND_DIRECTORY
+from repo_adapter.backends.backend_files import BackendSettings
 from repo_adapter.config import config_from_json
 from repo_adapter.ensemble import member_names, validate_ensemble
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
@@ -156,17 +156,17 @@ class LiveRepository:
         root: Path | str,
         gpu_ids: Sequence[int] = (),
         file_override_dir: Path | str | None = None,
-        backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
+        backends: BackendSettings | None = None,
     ) -> None:
         """``file_override_dir``: where ``load`` may write model files clients send
-        (``file:`` parameters); None refuses them. ``backend_directory``: where C/C++
-        backend libraries not in a model's own directories are looked for."""
+        (``file:`` parameters); None refuses them. ``backends``: where backends rayton does
+        not have are looked for last (after a model's own directories), and their settings."""
         self.root = Path(root)
         if not self.root.is_dir():
             raise ModelConfigError(f"model repository '{self.root}' is not a directory")
         self.gpu_ids = list(gpu_ids)
         self.file_override_dir = Path(file_override_dir) if file_override_dir else None
-        self.backend_directory = backend_directory
+        self.backends = backends or BackendSettings()
         self._override_loads = 0
         self.records: dict[str, ModelRecord] = {}
         self.refresh_names()
@@ -211,7 +211,7 @@ class LiveRepository:
                 raise not_polled(name, err.message) from None
             if override.name and override.name != name:
                 raise not_polled(name, f"the config override names model '{override.name}'")
-        return scan_model(self.model_dir(name), self.gpu_ids, override, self.backend_directory)
+        return scan_model(self.model_dir(name), self.gpu_ids, override, self.backends)
 
     # ------------------------------------------------------------------ dependencies
 

@@ -22,14 +22,15 @@ from repo_adapter.backends import (
     supported_backends,
 )
 from repo_adapter.backends.backend_files import (
-    DEFAULT_BACKEND_DIRECTORY,
     PYTHON_BASED_MODEL_FILE,
+    BackendSettings,
     backend_file,
     is_python_based,
     library_name,
     search_paths,
 )
 from repo_adapter.backends.base import ModelVersion
+from repo_adapter.backends.native.autocomplete import completed_config
 from repo_adapter.config import (
     CONFIG_FILENAME,
     ENSEMBLE_PLATFORM,
@@ -56,6 +57,7 @@ class RepositoryModel:
     needs_device: bool = False  # error is a device the cluster lacks, not a broken model
     # A backend rayton does not have: a Triton C/C++ library or a python-based backend's model.py
     backend_file: Path | None = None
+    backend_config: dict[str, str] = field(default_factory=dict)  # a C/C++ library's settings
 
     @property
     def available(self) -> bool:
@@ -67,7 +69,9 @@ class RepositoryModel:
 
     def model_version(self, version: int) -> ModelVersion:
         assert self.config is not None
-        return ModelVersion(self.name, version, self.config, self.path, self.backend_file)
+        return ModelVersion(
+            self.name, version, self.config, self.path, self.backend_file, self.backend_config
+        )
 
 
 def scan_repository(
@@ -124,21 +128,27 @@ def scan_model(
     model_dir: Path,
     gpu_ids: Sequence[int] = (),
     config_override: mc.ModelConfig | None = None,
-    backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
+    backends: BackendSettings | None = None,
 ) -> RepositoryModel:
     """Scan one model directory; failures are captured in ``RepositoryModel.error``.
 
     ``config_override`` replaces ``config.pbtxt`` (a repository ``load`` with a ``config``).
-    ``backend_directory``: where a C/C++ backend's library is looked for last.
+    ``backends``: where a backend rayton does not have is looked for last, and its settings.
     """
+    backends = backends or BackendSettings()
     model = RepositoryModel(name=model_dir.name, path=model_dir)
     try:
         model.config = _complete_config(model_dir, gpu_ids, config_override)
         model.versions = select_versions(model.config, available_versions(model_dir))
         if not model.is_ensemble and not is_registered(model.config.backend):
-            model.backend_file = _backend_file(model, backend_directory)
-            if is_python_based(model.backend_file) and not model.config.runtime:
-                model.config.runtime = model.backend_file.name  # as Triton reports it
+            model.backend_file = _backend_file(model, backends.directory)
+            if is_python_based(model.backend_file):
+                if not model.config.runtime:
+                    model.config.runtime = model.backend_file.name  # as Triton reports it
+            else:
+                model.backend_config = backends.cmdline(model.config.backend)
+                if model.backend_config.get("auto-complete-config") == "true":
+                    model.config = _auto_completed(model, gpu_ids)
         if not model.is_ensemble:
             for version in model.versions:
                 _check_model_file(model.model_version(version))
@@ -169,6 +179,19 @@ def _backend_file(model: RepositoryModel, backend_directory: str) -> Path:
             f"searched: {', '.join(dict.fromkeys(str(p.parent) for p in searched))}"
         )
     return found
+
+
+def _auto_completed(model: RepositoryModel, gpu_ids: Sequence[int]) -> mc.ModelConfig:
+    """The config as the C/C++ backend completes it (Triton's auto-complete when it loads the
+    model), normalised and checked again when the backend changed it."""
+    assert model.config is not None
+    completed = completed_config(model.model_version(model.versions[-1]))
+    if completed == model.config:
+        return model.config
+    normalize_config(completed, gpu_ids)
+    source = f"the config backend '{model.config.backend}' completed for '{model.name}'"
+    validate_config(completed, source, gpu_ids)
+    return completed
 
 
 def select_versions(config: mc.ModelConfig, on_disk: Sequence[int]) -> list[int]:

@@ -38,6 +38,7 @@ from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_D
 from deployments.apps.repository_controller import RepositoryController
 from deployments.apps.server_args import (
     DEFAULT_PYTHON_INSTANCES,
+    BackendConfig,
     BackendDirectory,
     PythonInstances,
     ServerAppArgs,
@@ -46,7 +47,7 @@ from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME, TritonSer
 from deployments.grpc.server import GrpcSpec
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.metrics.options import MetricsAppArgs
-from repo_adapter.backends.backend_files import DEFAULT_BACKEND_DIRECTORY
+from repo_adapter.backends.backend_files import DEFAULT_BACKEND_DIRECTORY, BackendSettings
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.live_repository import LiveRepository
 from repo_adapter.repository import RepositoryModel
@@ -71,6 +72,10 @@ class ModelAppArgs(BaseModel):
     http_max_input_size: int = Field(DEFAULT_MAX_INPUT_SIZE, gt=0)
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
     backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
+    backend_config: BackendConfig = None
+
+    def backend_settings(self) -> BackendSettings:
+        return BackendSettings.from_flags(self.backend_directory, self.backend_config)
 
 
 class GrpcAppArgs(BaseModel):
@@ -109,12 +114,12 @@ def scan_for_serving(
     repository: str | Path,
     models: list[str] | None = None,
     gpu_ids: list[int] | None = None,
-    backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
+    backends: BackendSettings | None = None,
 ) -> dict[str, RepositoryModel]:
     """Each model of the repository (or of ``models``) as a load would scan it, against the
     GPUs ``gpu_ids`` (None: those of the connected cluster)."""
     gpus = cluster_gpu_ids() if gpu_ids is None else gpu_ids
-    live = LiveRepository(repository, gpus, backend_directory=backend_directory)
+    live = LiveRepository(repository, gpus, backends=backends)
     names = [n for n in live.model_names() if models is None or n in models]
     return {name: live.plan_load(name).models[-1] for name in names}
 
@@ -191,6 +196,7 @@ def plan_applications(
     nodes: list[dict[str, float]] | None = None,
     python_instances: str = DEFAULT_PYTHON_INSTANCES,
     backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
+    backend_config: list[str] | None = None,
 ) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
     """A Serve config's applications: the front ones, then one per available model.
 
@@ -203,7 +209,8 @@ def plan_applications(
         gpu_ids = None
     else:
         gpu_ids = list(range(int(max((n.get("GPU", 0) for n in nodes), default=0))))
-    scanned = scan_for_serving(repository, models, gpu_ids, backend_directory)
+    backends = BackendSettings.from_flags(backend_directory, backend_config)
+    scanned = scan_for_serving(repository, models, gpu_ids, backends)
     plans = []
     for name, model in scanned.items():
         if not model.available:
@@ -220,6 +227,8 @@ def plan_applications(
             args["python_instances"] = python_instances
         if backend_directory != DEFAULT_BACKEND_DIRECTORY:
             args["backend_directory"] = backend_directory
+        if backend_config:
+            args["backend_config"] = list(backend_config)
         plans.append(
             AppPlan(
                 name=name,
@@ -238,7 +247,7 @@ def build_model_app(args: ModelAppArgs) -> Application:
     if isinstance(args, dict):
         args = ModelAppArgs.model_validate(args)
     repository = LiveRepository(
-        args.model_repository, cluster_gpu_ids(), backend_directory=args.backend_directory
+        args.model_repository, cluster_gpu_ids(), backends=args.backend_settings()
     )
     model = repository.plan_load(args.model).models[-1]
     if not model.available:

@@ -142,6 +142,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
                 instances,
                 admission=serve_batch_admission,
                 backend_file=spec.backend_file_path(),
+                backend_config=spec.backend_config,
             )
 
         return spec_generation(entry["spec"]), load_model

@@ -207,6 +207,7 @@ class ModelSpec:
     python_stubs: bool = False  # python instances run in stub processes of their own
     # A backend rayton does not have, as scanned: a C/C++ library or a python-based model.py
     backend_file: str = ""
+    backend_config: dict[str, str] = field(default_factory=dict)  # that library's settings
 
     @classmethod
     def from_repository_model(
@@ -233,6 +234,7 @@ class ModelSpec:
             gpu_memory_fraction=gpu_memory_fraction,
             python_stubs=python_stubs,
             backend_file=str(model.backend_file or ""),
+            backend_config=dict(model.backend_config),
         )
 
     def to_user_config(self) -> dict[str, Any]:
@@ -293,6 +295,7 @@ class TritonModel(ServedModelDeployment):
                 instance,
                 admission=serve_batch_admission,
                 backend_file=spec.backend_file_path(),
+                backend_config=spec.backend_config,
             )
 
         return load

@@ -83,7 +83,7 @@ class RepositoryController:
             spec.model_repository,
             cluster_gpu_ids(),
             spec.model_file_override_dir,
-            spec.backend_directory,
+            spec.backend_settings(),
         )
         self.homes = ModelHomes(
             ServeModelApps(),

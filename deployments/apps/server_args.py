@@ -9,12 +9,16 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from deployments.command_flag import Flag
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.observability.log_settings import LogSettings
-from repo_adapter.backends.backend_files import DEFAULT_BACKEND_DIRECTORY
+from repo_adapter.backends.backend_files import (
+    DEFAULT_BACKEND_DIRECTORY,
+    BackendSettings,
+    parse_backend_configs,
+)
 
 DEFAULT_POLL_SECS = 15.0
 # A model whose replicas are not all up by then is UNAVAILABLE (its application is removed).
@@ -41,6 +45,23 @@ PythonInstances = Annotated[
     Flag(),
 ]
 DEFAULT_PYTHON_INSTANCES = "stub-process"
+
+
+def _valid_backend_config(entries: list[str] | None) -> list[str] | None:
+    parse_backend_configs(entries or ())  # ValueError names the entry not in the form
+    return entries
+
+
+# Triton's --backend-config: settings a C/C++ backend gets (TRITONBACKEND_BackendConfig).
+BackendConfig = Annotated[
+    list[str] | None,
+    AfterValidator(_valid_backend_config),
+    Field(
+        description="a setting for a C/C++ backend, as Triton's --backend-config (repeatable): "
+        "it reads them with TRITONBACKEND_BackendConfig"
+    ),
+    Flag(metavar="NAME,KEY=VALUE"),
+]
 
 # Where C/C++ backends not kept in a model's own directory are; `rayton build` takes it too.
 BackendDirectory = Annotated[
@@ -106,6 +127,7 @@ class ServerAppArgs(BaseModel):
     )
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
     backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
+    backend_config: BackendConfig = None
     # None refuses Triton's file: parameters (model code from the network).
     model_file_override_dir: Annotated[str | None, Flag(metavar="DIR")] = Field(
         None,
@@ -135,6 +157,10 @@ class ServerAppArgs(BaseModel):
     trace_mode: Literal["triton", "opentelemetry"] = "triton"
     trace_otel_url: str = "http://localhost:4318/v1/traces"  # OTLP/HTTP traces endpoint
     trace_otel_resource: dict[str, str] = Field(default_factory=dict)
+
+    def backend_settings(self) -> BackendSettings:
+        """Where backends rayton does not have are found, and their --backend-config."""
+        return BackendSettings.from_flags(self.backend_directory, self.backend_config)
 
     def log_settings(self) -> LogSettings:
         """The start-up log settings these args describe (the ``log_*`` fields)."""

@@ -12,6 +12,7 @@ from deployments.apps.builders import plan_applications
 from deployments.apps.serve_config import serve_config, write_serve_config
 from deployments.apps.server_args import (
     DEFAULT_PYTHON_INSTANCES,
+    BackendConfig,
     BackendDirectory,
     HttpMaxInputSize,
     PythonInstances,
@@ -35,6 +36,7 @@ class BuildSettings(BaseModel):
     http_max_input_size: HttpMaxInputSize = DEFAULT_MAX_INPUT_SIZE
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
     backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
+    backend_config: BackendConfig = None
     models: Annotated[list[str] | None, Flag("--load-model", metavar="NAME")] = Field(
         None, description="only these models (repeatable; '*' for all)"
     )
@@ -56,6 +58,7 @@ def run(settings: BuildSettings) -> int:
         http_max_input_size=settings.http_max_input_size,
         python_instances=settings.python_instances,
         backend_directory=settings.backend_directory,
+        backend_config=settings.backend_config,
     )
     config = serve_config(plans, http_host=endpoints.http_host, http_port=endpoints.http_port)
     header = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +55,7 @@ class SingleModel:
         instance: InstanceSpec | Sequence[InstanceSpec],
         admission: AdmissionFactory | None = None,
         backend_file: Path | None = None,
+        backend_config: Mapping[str, str] | None = None,
     ) -> None:
         """Load ``versions`` of the model in ``model_dir`` as ``instance`` (or instances: each
         loads every version and runs batches in parallel with the others).
@@ -62,7 +63,7 @@ class SingleModel:
         ``admission`` is the batcher's admission stage (``@serve.batch`` in a replica; None
         sends requests straight to the batch queue). ``backend_file``: the Triton C/C++ library or
         python-based backend the repository scan found for the config's backend (None: one of
-        rayton's).
+        rayton's), ``backend_config`` that library's settings (``--backend-config``).
         """
         self.config = config
         self.name = config.name
@@ -79,7 +80,9 @@ class SingleModel:
         self._admission = admission
         instances = [instance] if isinstance(instance, InstanceSpec) else list(instance)
         for version in versions:
-            model = ModelVersion(self.name, version, config, model_dir, backend_file)
+            model = ModelVersion(
+                self.name, version, config, model_dir, backend_file, dict(backend_config or {})
+            )
             self._load_version(model, instances)
 
     def _load_version(self, model: ModelVersion, instances: list[InstanceSpec]) -> None:

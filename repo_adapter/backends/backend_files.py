@@ -1,4 +1,5 @@
-"""Where a backend rayton does not have itself is, found as Triton finds it.
+"""Where a backend rayton does not have itself is, found as Triton finds it, and the settings
+it is started with.
 
 For ``backend: "<name>"`` that names none of rayton's backends, Triton loads the C/C++
 library ``libtriton_<name>.so`` (or the config's ``runtime`` library) from the model's
@@ -10,13 +11,54 @@ for it directly), served by the python backend for every model that names it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Triton's default --backend-directory.
 DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
 # The file a python-based backend implements TritonPythonModel in.
 PYTHON_BASED_MODEL_FILE = "model.py"
+# What Triton's server puts in every backend's config beside --backend-config's settings.
+_SERVER_SETTINGS = {"auto-complete-config": "true", "default-max-batch-size": "4"}
+
+
+def parse_backend_configs(entries: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``--backend-config=<backend>,<setting>=<value>`` entries, by backend; ValueError for
+    one not in that form."""
+    configs: dict[str, dict[str, str]] = {}
+    for entry in entries:
+        backend, comma, setting = entry.partition(",")
+        key, equals, value = setting.partition("=")
+        if not (backend and comma and key and equals):
+            raise ValueError(
+                f"--backend-config option format is '<backend name>,<setting>=<value>', got "
+                f"'{entry}'"
+            )
+        configs.setdefault(backend, {})[key] = value
+    return configs
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """Where the backends rayton does not have are looked for last (``--backend-directory``)
+    and the settings each is started with (``--backend-config``)."""
+
+    directory: str = DEFAULT_BACKEND_DIRECTORY
+    configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_flags(cls, directory: str, backend_config: Sequence[str] | None) -> BackendSettings:
+        return cls(directory, parse_backend_configs(backend_config or ()))
+
+    def cmdline(self, backend: str) -> dict[str, str]:
+        """The ``cmdline`` object of ``backend``'s config (``TRITONBACKEND_BackendConfig``),
+        as Triton's server fills it."""
+        return {
+            **_SERVER_SETTINGS,
+            "backend-directory": self.directory,
+            **self.configs.get(backend, {}),
+        }
 
 
 def is_python_based(path: Path) -> bool:

@@ -13,8 +13,8 @@ import abc
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -65,6 +65,8 @@ class ModelVersion:
     model_dir: Path
     # A backend rayton does not have: a Triton C/C++ library or a python-based backend's model.py
     backend_file: Path | None = None
+    # That backend's settings (TRITONBACKEND_BackendConfig's "cmdline"), for a C/C++ library
+    backend_config: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def version_dir(self) -> Path:

@@ -40,7 +40,7 @@ def _(t: Target) -> Any:
     return t.client.model_config(MODEL)
 
 
-@case("native_infer", "native", "a batch of two rows through the backend")
+@case("native_infer", "native", "a batch of two rows, scaled by the backend config's factor")
 def _(t: Target) -> Any:
     return t.client.infer(MODEL, rows(1.0, 2.0))
 
@@ -112,4 +112,24 @@ def _(t: Target) -> Any:
 
 @case("python_based_stats", "native", "statistics of a python-based backend's model")
 def _(t: Target) -> Any:
-    return t.client.statistics("scaled_thrice")
+    return t.client.counted_statistics("scaled_thrice", inferences=2)
+
+
+# A model whose config.pbtxt names only the backend: scale.c built with AUTOCOMPLETE fills the
+# rest in through TRITONBACKEND_ModelSetConfig (tests.conformance.test_native_backends).
+AUTOCOMPLETED = "autocompleted"
+
+
+@case("native_autocomplete_config", "native", "a config the backend completed: /config")
+def _(t: Target) -> Any:
+    return t.client.model_config(AUTOCOMPLETED)
+
+
+@case("native_autocomplete_metadata", "native", "its metadata")
+def _(t: Target) -> Any:
+    return t.client.model_metadata(AUTOCOMPLETED)
+
+
+@case("native_autocomplete_infer", "native", "an inference on the completed config")
+def _(t: Target) -> Any:
+    return t.client.infer(AUTOCOMPLETED, rows(4.0))

@@ -139,6 +139,20 @@ class ClientSession:
             )
         )
 
+    def counted_statistics(self, model: str, inferences: int, settle_s: float = 10.0) -> Any:
+        """``model``'s statistics once they count ``inferences`` inferences: Triton counts a
+        python model's request when its stub releases it, a moment after the response."""
+
+        def counted() -> int:
+            raw = self.client.get_inference_statistics(model, **self.json_kwargs)
+            stats = raw.get("model_stats", []) if isinstance(raw, dict) else []
+            return sum(int(entry.get("inference_count", 0)) for entry in stats)
+
+        deadline = time.monotonic() + settle_s
+        while self.call(counted) != inferences and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.statistics(model)
+
     def load_model(self, model: str, config: str | None = None) -> Any:
         """The repository API's load (explicit model control): ``"done"`` or the error."""
         return self.call(lambda: self.client.load_model(model, config=config) or "done")

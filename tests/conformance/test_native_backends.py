@@ -23,6 +23,7 @@ from tests.conformance.checks import (
 )
 from tests.conformance.driver import Server
 from tests.conformance.native_cases import (
+    AUTOCOMPLETED,
     CONFIG,
     IMGPREP,
     MODEL,
@@ -39,15 +40,21 @@ pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 HTTP_CASES = NATIVE_REGISTRY.for_protocol("http")
 GRPC_CASES = NATIVE_REGISTRY.for_protocol("grpc")
 ENTRIES = ALLOWED + NATIVE_ALLOWED
+# The C test backend scales by this setting on both servers (TRITONBACKEND_BackendConfig).
+BACKEND_CONFIG = "scale,factor=3"
 
 
 @pytest.fixture(scope="module")
 def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observations]]:
-    library = build_scale_variants(tmp_path_factory.mktemp("native-build"))["plain"]
+    variants = build_scale_variants(tmp_path_factory.mktemp("native-build"))
+    library = variants["plain"]
     repository = tmp_path_factory.mktemp("native-conformance") / "repository"
     (repository / MODEL / "1").mkdir(parents=True)
     (repository / MODEL / "config.pbtxt").write_text(CONFIG)
     shutil.copy(library, repository / MODEL / "libtriton_scale.so")
+    (repository / AUTOCOMPLETED / "1").mkdir(parents=True)
+    (repository / AUTOCOMPLETED / "config.pbtxt").write_text('backend: "scale"\n')
+    shutil.copy(variants["autocomplete"], repository / AUTOCOMPLETED / "libtriton_scale.so")
     imgprep = build_library(tmp_path_factory.mktemp("imgprep-build"))
     shutil.copytree(MODELS_DIR / IMGPREP, repository / IMGPREP)
     (repository / IMGPREP / "1").mkdir()
@@ -61,12 +68,17 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
         (repository / name / "config.pbtxt").write_text(SCALING_CONFIG)
         (repository / name / "1" / "factor.txt").write_text(factor)
     python_based = {"scaling": backends / "scaling"}
-    with reference_serving(repository, extra_backends=python_based) as reference:
+    reference_args = [f"--backend-config={BACKEND_CONFIG}"]
+    with reference_serving(repository, reference_args, python_based) as reference:
         grpc_port = free_port()
         rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
         try:
             serve_cluster.deploy_live(
-                repository, "none", grpc_port=grpc_port, backend_directory=str(backends)
+                repository,
+                "none",
+                grpc_port=grpc_port,
+                backend_directory=str(backends),
+                backend_config=[BACKEND_CONFIG],
             )
             wait_ready(serve_cluster.http_url, timeout_s=120)
             yield observe((reference, rayton), NATIVE_REGISTRY)

@@ -25,6 +25,7 @@ SCALE_VARIANTS: dict[str, tuple[str, ...]] = {
     "no_execute": ("NO_EXECUTE",),
     "crashes": ("CRASH",),
     "newer_api": ("NEWER_API",),
+    "autocomplete": ("AUTOCOMPLETE",),
 }
 
 

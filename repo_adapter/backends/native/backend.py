@@ -16,7 +16,7 @@ import concurrent.futures
 import functools
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,7 +62,7 @@ class _Shared:
                 model, users = self._models[key]
                 self._models[key] = (model, users + 1)
                 return model
-            backend = self._backend(library, backend_name)
+            backend = self._backend(library, backend_name, version.backend_config)
             try:
                 config = json.dumps(config_to_json_dict(version.config))
                 model = NativeModel(
@@ -87,12 +87,13 @@ class _Shared:
             finally:
                 self._release_backend(library)
 
-    def _backend(self, library: Path, name: str) -> NativeBackend:
+    def _backend(self, library: Path, name: str, settings: Mapping[str, str]) -> NativeBackend:
         if library in self._backends:
             backend, users = self._backends[library]
             self._backends[library] = (backend, users + 1)
             return backend
-        backend = NativeBackend(library, name)
+        # TRITONBACKEND_BackendConfig's message: the server's settings and --backend-config's.
+        backend = NativeBackend(library, name, json.dumps({"cmdline": dict(settings)}))
         self._backends[library] = (backend, 1)
         return backend
 

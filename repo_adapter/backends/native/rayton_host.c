@@ -248,6 +248,7 @@ struct TRITONBACKEND_MemoryManager {
 struct TRITONBACKEND_Backend {
   char* name;
   char* config_json;
+  TRITONSERVER_Message* config_message; /* what BackendConfig gives: the backend's to read */
   char* artifacts;
   void* state;
   TRITONBACKEND_ExecutionPolicy policy;
@@ -316,7 +317,8 @@ RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_BackendName(
 RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_BackendConfig(
     TRITONBACKEND_Backend* backend, TRITONSERVER_Message** backend_config) {
   REQUIRE(backend, "backend");
-  *backend_config = message_new(backend->config_json, strlen(backend->config_json));
+  /* As in Triton, the message stays the server's: backends never delete it. */
+  *backend_config = backend->config_message;
   return NULL;
 }
 
@@ -1191,6 +1193,7 @@ RAYTON_EXPORT TRITONBACKEND_Backend* rayton_backend_load(
   TRITONBACKEND_Backend* backend = calloc(1, sizeof(*backend));
   backend->name = copy_text(name);
   backend->config_json = copy_text(config_json && *config_json ? config_json : "{}");
+  backend->config_message = message_new(backend->config_json, strlen(backend->config_json));
   backend->artifacts = copy_text(artifacts);
   backend->library = library;
   backend->execute = execute;
@@ -1208,6 +1211,7 @@ RAYTON_EXPORT TRITONBACKEND_Backend* rayton_backend_load(
       *error = failed;
       free(backend->name);
       free(backend->config_json);
+      TRITONSERVER_MessageDelete(backend->config_message);
       free(backend->artifacts);
       free(backend);
       dlclose(library);
@@ -1223,6 +1227,7 @@ RAYTON_EXPORT TRITONSERVER_Error* rayton_backend_unload(TRITONBACKEND_Backend* b
   dlclose(backend->library);
   free(backend->name);
   free(backend->config_json);
+  TRITONSERVER_MessageDelete(backend->config_message);
   free(backend->artifacts);
   free(backend);
   return error;

@@ -23,6 +23,7 @@ ENDPOINT_FLAGS = {
     "--http-max-input-size",
     "--python-instances",
     "--backend-directory",
+    "--backend-config",
     "--metrics-port",
     "--metrics-address",
     "--allow-metrics",
@@ -142,6 +143,21 @@ def test_a_refused_value_names_its_flag():
         serve_settings("--host-replicas", "0")
     message = validation_message(refused.value, ServeSettings)
     assert message == "--host-replicas: Input should be greater than or equal to 1"
+
+
+def test_backend_config_flags_reach_the_backend_settings():
+    settings = serve_settings(
+        "--backend-config", "scale,factor=3", "--backend-config", "scale,mode=fast"
+    )
+    backends = settings.server.backend_settings()
+    assert backends.cmdline("scale")["factor"] == "3"
+    assert backends.cmdline("scale")["mode"] == "fast"
+    with pytest.raises(ValidationError) as refused:
+        serve_settings("--backend-config", "factor=3")
+    message = validation_message(refused.value, ServeSettings)
+    assert message == (
+        "--backend-config option format is '<backend name>,<setting>=<value>', got 'factor=3'"
+    )
 
 
 class Inner(BaseModel):

@@ -8,9 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from repo_adapter.backends import model_backend_class
-from repo_adapter.backends.backend_files import backend_file, search_paths
+from repo_adapter.backends.backend_files import (
+    BackendSettings,
+    backend_file,
+    parse_backend_configs,
+    search_paths,
+)
 from repo_adapter.backends.base import InstanceSpec
 from repo_adapter.backends.python import PythonBackend
 from repo_adapter.inference_types import InferRequest, InferTensor
@@ -84,7 +90,8 @@ def test_the_runtime_field_names_the_file(tmp_path):
 
 
 def test_a_missing_backend_names_every_place_searched(tmp_path):
-    scanned = scan_model(model_dir(tmp_path, "m"), backend_directory=str(tmp_path / "none"))
+    settings = BackendSettings(str(tmp_path / "none"))
+    scanned = scan_model(model_dir(tmp_path, "m"), backends=settings)
     assert scanned.error.startswith("unable to find backend library 'libtriton_scaling.so'")
     assert str(tmp_path / "none" / "scaling") in scanned.error
     assert "or a python-based backend" in scanned.error
@@ -94,7 +101,8 @@ async def test_a_python_based_backend_serves_the_model_with_its_own_files(tmp_pa
     backends = tmp_path / "backends"
     (backends / "scaling").mkdir(parents=True)
     (backends / "scaling" / "model.py").write_text(SCALING_BACKEND)
-    scanned = scan_model(model_dir(tmp_path / "repository", "m"), backend_directory=str(backends))
+    settings = BackendSettings(str(backends))
+    scanned = scan_model(model_dir(tmp_path / "repository", "m"), backends=settings)
     assert scanned.error == ""
     assert scanned.config.backend == "scaling"
     version = scanned.model_version(1)
@@ -107,3 +115,27 @@ async def test_a_python_based_backend_serves_the_model_with_its_own_files(tmp_pa
     finally:
         backend.unload()
     np.testing.assert_array_equal(response.outputs[0].data, [[6.0]])
+
+
+def test_backend_config_entries_are_parsed_by_backend_and_checked():
+    entries = ["scale,factor=3", "scale,mode=", "other,a=b=c"]
+    assert parse_backend_configs(entries) == {
+        "scale": {"factor": "3", "mode": ""},
+        "other": {"a": "b=c"},
+    }
+    for bad in ("scale", "factor=3", ",factor=3", "scale,=3"):
+        with pytest.raises(ValueError, match="<backend name>,<setting>=<value>"):
+            parse_backend_configs([bad])
+
+
+def test_a_backends_settings_are_the_servers_and_its_own():
+    settings = BackendSettings.from_flags(
+        "/backends", ["scale,factor=3", "scale,default-max-batch-size=8"]
+    )
+    assert settings.cmdline("scale") == {
+        "auto-complete-config": "true",
+        "default-max-batch-size": "8",
+        "backend-directory": "/backends",
+        "factor": "3",
+    }
+    assert settings.cmdline("other")["default-max-batch-size"] == "4"

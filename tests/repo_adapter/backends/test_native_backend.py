@@ -4,11 +4,13 @@ in, one result per request out, instances sharing their model, the backend's err
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from repo_adapter.backends.backend_files import BackendSettings
 from repo_adapter.backends.base import InstanceSpec, ModelVersion
 from repo_adapter.backends.native.backend import native_backend_class
 from repo_adapter.config import config_from_json
@@ -71,3 +73,21 @@ def test_a_backend_that_fails_to_initialize_fails_the_load(libraries):
     instance = backend_class(version(libraries["refuses"]), InstanceSpec("doubler_0"))
     with pytest.raises(InferenceServerError, match="scale: initialize refused"):
         instance.load()
+
+
+def test_the_backend_reads_its_backend_config(libraries, tmp_path):
+    # A copy of its own: a library is initialized once per process, with the first settings.
+    library = tmp_path / "factor" / "libtriton_scale.so"
+    library.parent.mkdir()
+    shutil.copy(libraries["plain"], library)
+    settings = BackendSettings.from_flags(str(tmp_path), ["scale,factor=3"])
+    model = ModelVersion(
+        "doubler", 1, config_from_json(CONFIG), library.parent, library, settings.cmdline("scale")
+    )
+    instance = native_backend_class("scale", library)(model, InstanceSpec("doubler_0"))
+    instance.load()
+    try:
+        (result,) = asyncio.run(instance.execute([request(1.5)]))
+    finally:
+        instance.unload()
+    np.testing.assert_array_equal(result.outputs[0].data, [[4.5]])

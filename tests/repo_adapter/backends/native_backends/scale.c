@@ -1,16 +1,20 @@
 /* A test backend written against rayton's declarations (triton_abi.h), as a user's backend
- * is written against Triton's headers: OUT = IN * 2 for an FP32 input "IN", one response per
- * request, statistics reported per request and per batch. A negative element fails its
- * request with INVALID_ARG.
+ * is written against Triton's headers: OUT = IN * factor for an FP32 input "IN" (factor 2,
+ * or the "factor" setting of --backend-config=scale,factor=<f>), one response per request,
+ * statistics reported per request and per batch. A negative element fails its request with
+ * INVALID_ARG.
  *
  * Built variants: -DFAIL_INITIALIZE (TRITONBACKEND_Initialize returns an error),
  * -DNO_EXECUTE (no TRITONBACKEND_ModelInstanceExecute), -DDECOUPLED (each request answered
  * by REPEAT responses from a thread of the backend's own, after Execute returned),
  * -DCRASH (an element equal to 13 segfaults the process inside Execute), -DNEWER_API (built
- * for a backend API one minor version newer than the server's: Initialize refuses).
+ * for a backend API one minor version newer than the server's: Initialize refuses),
+ * -DAUTOCOMPLETE (a model whose config has no input gets the whole config from the backend,
+ * with TRITONBACKEND_ModelSetConfig, when auto-complete is on).
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +22,18 @@
 #include "triton_abi.h"
 
 #define REPEAT 3
+
+static float factor = 2.0f;
+
+/* The number after `"key"`, spaces, a colon, spaces and an optional quote in a JSON text. */
+__attribute__((unused)) static int json_number(const char* json, const char* key, float* value) {
+  const char* at = strstr(json, key);
+  if (at == NULL) return 0;
+  at += strlen(key);
+  while (*at == ' ' || *at == ':' || *at == '"') ++at;
+  *value = strtof(at, NULL);
+  return 1;
+}
 
 __attribute__((unused)) static uint64_t now_ns(void) {
   struct timespec ts;
@@ -45,11 +61,40 @@ RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend
   const char* name;
   error = TRITONBACKEND_BackendName(backend, &name);
   if (error) return error;
-  return strcmp(name, "scale") == 0
-             ? NULL
-             : TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "scale: wrong name");
+  if (strcmp(name, "scale") != 0)
+    return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG, "scale: wrong name");
+  TRITONSERVER_Message* config;
+  error = TRITONBACKEND_BackendConfig(backend, &config);
+  if (error) return error;
+  const char* json;
+  size_t size;
+  TRITONSERVER_MessageSerializeToJson(config, &json, &size);
+  json_number(json, "\"factor\"", &factor);
+  return NULL; /* the backend config stays the server's: never deleted */
 #endif
 }
+
+#ifdef AUTOCOMPLETE
+/* The whole config this backend serves, for a model whose config names only the backend. */
+static TRITONSERVER_Error* complete_config(TRITONBACKEND_Model* model) {
+  const char* name;
+  TRITONSERVER_Error* error = TRITONBACKEND_ModelName(model, &name);
+  if (error) return error;
+  char completed[512];
+  snprintf(completed, sizeof(completed),
+           "{\"name\":\"%s\",\"backend\":\"scale\",\"max_batch_size\":8,"
+           "\"input\":[{\"name\":\"IN\",\"data_type\":\"TYPE_FP32\",\"dims\":[1]}],"
+           "\"output\":[{\"name\":\"OUT\",\"data_type\":\"TYPE_FP32\",\"dims\":[1]}],"
+           "\"dynamic_batching\":{}}",
+           name);
+  TRITONSERVER_Message* message;
+  error = TRITONSERVER_MessageNewFromSerializedJson(&message, completed, strlen(completed));
+  if (error) return error;
+  error = TRITONBACKEND_ModelSetConfig(model, 1, message);
+  TRITONSERVER_MessageDelete(message);
+  return error;
+}
+#endif
 
 RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   TRITONSERVER_Message* config;
@@ -60,9 +105,15 @@ RAYTON_EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Mo
   TRITONSERVER_MessageSerializeToJson(config, &json, &size);
   int has_input = strstr(json, "\"IN\"") != NULL;
   TRITONSERVER_MessageDelete(config);
-  return has_input ? NULL
-                   : TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG,
-                                           "scale: the config has no input 'IN'");
+  if (has_input) return NULL;
+#ifdef AUTOCOMPLETE
+  bool auto_complete = false;
+  error = TRITONBACKEND_ModelAutoCompleteConfig(model, &auto_complete);
+  if (error) return error;
+  if (auto_complete) return complete_config(model);
+#endif
+  return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INVALID_ARG,
+                               "scale: the config has no input 'IN'");
 }
 
 __attribute__((unused)) static TRITONSERVER_Error* doubled(TRITONBACKEND_Request* request,
@@ -101,7 +152,7 @@ __attribute__((unused)) static TRITONSERVER_Error* doubled(TRITONBACKEND_Request
   void* out;
   error = TRITONBACKEND_OutputBuffer(output, &out, buffer_size, &memory_type, &memory_type_id);
   if (error) return error;
-  for (size_t i = 0; i < count; ++i) ((float*)out)[i] = in[i] * 2.0f;
+  for (size_t i = 0; i < count; ++i) ((float*)out)[i] = in[i] * factor;
   *rows += dims > 0 ? (uint64_t)shape[0] : 1;
   return NULL;
 }
