@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from repo_adapter.backends import InstanceSpec
+from repo_adapter.backends.backend_files import BackendSettings
 from repo_adapter.backends.python import PythonBackend
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferTensor
@@ -123,3 +124,27 @@ def test_members_outside_the_archive_are_refused(tmp_path):
         execution_env.prepare(archive, "m")
     assert not (tmp_path / "cache" / "outside.txt").exists()
     assert not (tmp_path / "outside.txt").exists()
+
+
+async def test_a_python_based_backends_model_runs_in_its_packed_environment(tmp_path):
+    # The article's flow: `backend: "custom"` with EXECUTION_ENV_PATH, the backend's model.py
+    # in the backend directory and the environment beside the model.
+    backends = tmp_path / "backends"
+    (backends / "custom").mkdir(parents=True)
+    (backends / "custom" / "model.py").write_text(MODEL)
+    model = tmp_path / "repository" / "packed"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(CONFIG.replace('"python"', '"custom"'))
+    packed_venv(model)
+    scanned = scan_model(model, backends=BackendSettings(str(backends)))
+    assert scanned.available, scanned.error
+    backend = PythonBackend(scanned.model_version(1), InstanceSpec.cpu("packed"))
+    backend.load()
+    try:
+        data = np.array([[1.5]], np.float32)
+        [response] = await backend.execute(
+            [InferRequest("packed", [InferTensor("IN", "FP32", data)])]
+        )
+        np.testing.assert_array_equal(response.output("OUT").data, [[4.5]])
+    finally:
+        backend.unload()
