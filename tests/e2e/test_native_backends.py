@@ -7,6 +7,7 @@ in-flight request and serves again once Serve has replaced its replica."""
 
 from __future__ import annotations
 
+import queue
 import shutil
 import time
 
@@ -68,6 +69,29 @@ def test_native_models_answer_over_http_and_grpc_from_applications_of_their_own(
     for model in ("in_model_dir", "from_backend_dir"):
         np.testing.assert_array_equal(infer(httpclient, http_url, model, [1, 2]), [[2], [4]])
         np.testing.assert_array_equal(infer(grpcclient, grpc_url, model, [3.5]), [[7.0]])
+
+
+def test_a_grpc_stream_gets_each_requests_answer_in_order(server):
+    _, grpc_url = server
+    answers: queue.Queue = queue.Queue()
+    values = [1.0, 2.5, -1.0, 4.0]  # the negative one: the backend's error, the stream goes on
+    with grpcclient.InferenceServerClient(grpc_url) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            for index, value in enumerate(values):
+                tensor = grpcclient.InferInput("IN", [1, 1], "FP32")
+                tensor.set_data_from_numpy(np.array([[value]], np.float32))
+                client.async_stream_infer("in_model_dir", [tensor], request_id=str(index))
+            received = [answers.get(timeout=30) for _ in values]
+        finally:
+            client.stop_stream()
+    for index, (value, (result, error)) in enumerate(zip(values, received, strict=True)):
+        if value < 0:
+            assert result is None and "scale: negative input" in str(error)
+            continue
+        assert error is None, error
+        assert result.get_response().id == str(index)
+        np.testing.assert_array_equal(result.as_numpy("OUT"), [[value * 2]])
 
 
 def test_a_backends_error_reaches_the_client_with_its_code(server):
