@@ -74,13 +74,18 @@ async def test_a_model_imports_a_package_only_its_archive_has(tmp_path):
     with pytest.raises(ImportError):
         __import__(PACKAGE)  # not in the server's environment
     backend = _backend(_model(tmp_path, packed_venv))
+    np.testing.assert_array_equal(await _tripled(backend, 2.0), [[6.0]])
+
+
+async def _tripled(backend: PythonBackend, value: float) -> np.ndarray:
+    """``value`` through the packed model (loaded, then unloaded)."""
     backend.load()
     try:
-        data = np.array([[2.0]], np.float32)
+        data = np.array([[value]], np.float32)
         [response] = await backend.execute(
             [InferRequest("packed", [InferTensor("IN", "FP32", data)])]
         )
-        np.testing.assert_array_equal(response.output("OUT").data, [[6.0]])
+        return response.output("OUT").data
     finally:
         backend.unload()
 
@@ -139,12 +144,4 @@ async def test_a_python_based_backends_model_runs_in_its_packed_environment(tmp_
     scanned = scan_model(model, backends=BackendSettings(str(backends)))
     assert scanned.available, scanned.error
     backend = PythonBackend(scanned.model_version(1), InstanceSpec.cpu("packed"))
-    backend.load()
-    try:
-        data = np.array([[1.5]], np.float32)
-        [response] = await backend.execute(
-            [InferRequest("packed", [InferTensor("IN", "FP32", data)])]
-        )
-        np.testing.assert_array_equal(response.output("OUT").data, [[4.5]])
-    finally:
-        backend.unload()
+    np.testing.assert_array_equal(await _tripled(backend, 1.5), [[4.5]])
