@@ -32,6 +32,12 @@ def wait_until(predicate, timeout_s: float, interval_s: float = 1.0) -> bool:
     return False
 
 
+def log_tail(path: Path, lines: int = 60) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# The wait below, not the suite's 300 s default, bounds a slow start.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     "ingress_env", [{}, FAST_INGRESS_ENV], ids=["default-ingress", "fast-ingress"]
 )
@@ -52,6 +58,8 @@ def test_serve_run_committed_config(tmp_path, example_repository, ingress_env):
     # Serve's fixed ports (HAProxy's own, the fallback proxy's) free beside a `make serve`
     env.update({setting: str(free_port()) for setting in SERVE_FIXED_PORT_SETTINGS})
     env.pop("RAY_ADDRESS", None)
+    log_path = tmp_path / "serve_run.log"  # what serve run printed, for a failure's message
+    log = log_path.open("wb")
     server = start_session(
         # A cluster of its own even where a stale ray_current_cluster file names another
         [
@@ -63,14 +71,15 @@ def test_serve_run_committed_config(tmp_path, example_repository, ingress_env):
         ],
         cwd=tmp_path,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"127.0.0.1:{port}"
     try:
         # Seventeen applications built and started on 2 cores: ~110 s alone, over 240 s once
         # under the full suite's load (a fresh clone's .ci/run, 2026-12-03).
-        assert wait_until(lambda: server_ready(url), 420), "serve run never became ready"
+        ready = wait_until(lambda: server_ready(url), 420)
+        assert ready, f"serve run never became ready; its output ends:\n{log_tail(log_path)}"
         with httpclient.InferenceServerClient(url) as client:
             inputs = [
                 httpclient.InferInput("INPUT0", [4], "FP32"),
@@ -88,3 +97,4 @@ def test_serve_run_committed_config(tmp_path, example_repository, ingress_env):
     finally:
         for pid in session_pids(server.pid):
             os.kill(pid, signal.SIGKILL)
+        log.close()
