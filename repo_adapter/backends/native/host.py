@@ -106,7 +106,6 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "rayton_queue_new": (_p, []),
     "rayton_queue_fd": (ctypes.c_int, [_p]),
     "rayton_queue_hold": (None, [_p, ctypes.c_int]),
-    "rayton_queue_pop": (ctypes.c_int, [_p, ctypes.POINTER(_Event)]),
     "rayton_queue_pop_many": (ctypes.c_uint32, [_p, ctypes.POINTER(_Event), ctypes.c_uint32]),
     "rayton_queue_delete": (None, [_p]),
     "rayton_backend_load": (_p, [ctypes.c_char_p] * 4 + [ctypes.POINTER(_p)]),

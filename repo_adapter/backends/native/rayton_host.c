@@ -1131,7 +1131,7 @@ RAYTON_EXPORT void rayton_queue_hold(rayton_queue* queue, int delta) {
 }
 
 /* Pops the oldest event into *out (its next pointer cleared); 0 when none waits. */
-RAYTON_EXPORT int rayton_queue_pop(rayton_queue* queue, rayton_event* out) {
+static int queue_pop(rayton_queue* queue, rayton_event* out) {
   uint64_t count;
   pthread_mutex_lock(&queue->lock);
   rayton_event* event = queue->head;
@@ -1155,13 +1155,13 @@ RAYTON_EXPORT int rayton_queue_pop(rayton_queue* queue, rayton_event* out) {
 RAYTON_EXPORT uint32_t rayton_queue_pop_many(rayton_queue* queue, rayton_event* out,
                                              uint32_t capacity) {
   uint32_t count = 0;
-  while (count < capacity && rayton_queue_pop(queue, &out[count])) ++count;
+  while (count < capacity && queue_pop(queue, &out[count])) ++count;
   return count;
 }
 
 RAYTON_EXPORT void rayton_queue_delete(rayton_queue* queue) {
   rayton_event event;
-  while (rayton_queue_pop(queue, &event)) {
+  while (queue_pop(queue, &event)) {
     TRITONBACKEND_ResponseDelete(event.response);
     TRITONSERVER_ErrorDelete(event.error);
   }
