@@ -81,3 +81,19 @@ class ModelResponseError(InferenceServerError):
     The client gets the error; Triton's statistics still count the request as a success,
     since the execution itself succeeded.
     """
+
+
+class DecoupledModelError(InferenceServerError):
+    """A single-response call (HTTP ``infer``, gRPC ``ModelInfer``) to a decoupled model,
+    whose responses only a stream can carry; each transport words it as Triton does."""
+
+    def __init__(self, model_name: str) -> None:
+        super().__init__(
+            f"model '{model_name}' uses the decoupled transaction policy: its responses are "
+            "read through a stream (gRPC ModelStreamInfer, or generate_stream)",
+            StatusCode.UNSUPPORTED,
+        )
+        self.model_name = model_name
+
+    def __reduce__(self):  # pickled by its model name (Exception pickles its args)
+        return (DecoupledModelError, (self.model_name,))

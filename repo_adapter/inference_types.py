@@ -8,11 +8,14 @@ tensors are numpy object arrays of ``bytes``), never Python lists.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from repo_adapter.request_trace import RequestTrace
+
+if TYPE_CHECKING:
+    from repo_adapter.response_stream import ResponseSink
 
 # A JSON object as a client sent it, before it is checked: a request's JSON header, a
 # settings change.
@@ -72,6 +75,9 @@ class InferRequest:
     # whose server admits one call per loop turn (grpc.aio) when other calls were in flight,
     # which an execution inline on the loop would keep from being admitted.
     offload_execution: bool = False
+    # Where a decoupled model sends this request's responses (set by the serving side for a
+    # decoupled model only; it stays in the process that reads them).
+    responses: ResponseSink | None = None
 
     def input(self, name: str) -> InferTensor | None:
         for tensor in self.inputs:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from ray import serve
@@ -44,6 +44,7 @@ class _ReplicaMethods:
     def __init__(self, handle: DeploymentHandle) -> None:
         self.infer = handle.infer
         self.infer_wire = handle.infer_wire
+        self.infer_wire_stream = handle.options(stream=True).infer_wire_stream
         self.metadata = handle.metadata
         self.model_config = handle.model_config
         self.is_ready = handle.is_ready
@@ -87,9 +88,17 @@ class ModelHandles:
     async def infer(self, model: str, request: InferRequest) -> InferResponse:
         return await self._answer(model, self.replicas(model).infer.remote(model, request))
 
-    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
-        response = self.replicas(model).infer_wire.remote(model, message, stream)
+    async def infer_wire(self, model: str, message: bytes) -> bytes:
+        response = self.replicas(model).infer_wire.remote(model, message)
         return await self._answer(model, response)
+
+    async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
+        replies = self.replicas(model).infer_wire_stream.remote(model, message)
+        try:
+            async for reply in replies:
+                yield reply
+        except RayActorError as err:
+            raise _replica_gone(model, err) from None
 
     async def metadata(
         self, model: str, version: str = "", timeout_s: float | None = None
@@ -122,11 +131,15 @@ class ModelHandles:
                 return await response
             return await asyncio.wait_for(response, timeout_s)
         except RayActorError as err:  # the replica's process went (a crash, a kill)
-            raise InferenceServerError(
-                f"model '{model}' is unavailable: the replica serving it stopped before "
-                f"answering ({type(err).__name__}); Serve is starting a new one",
-                StatusCode.UNAVAILABLE,
-            ) from None
+            raise _replica_gone(model, err) from None
+
+
+def _replica_gone(model: str, err: RayActorError) -> InferenceServerError:
+    return InferenceServerError(
+        f"model '{model}' is unavailable: the replica serving it stopped before "
+        f"answering ({type(err).__name__}); Serve is starting a new one",
+        StatusCode.UNAVAILABLE,
+    )
 
 
 _BROADCAST_TIMEOUT_S = 10.0

@@ -49,6 +49,7 @@ from deployments.grpc.model_infer import (
     answer_grpc,
     infer_serialized,
     parse_infer_request,
+    stream_serialized,
 )
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
@@ -196,12 +197,8 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         stream whose first request names a model without an application of its own. Each
         request is answered by the model it names: here, or where that model is deployed."""
 
-        def local(model: str):
-            slot = self.host.slots.get(model)
-            return None if slot is None else slot.infer
-
         async for reply in self._routed.stream(
-            request_stream, local, lambda: self._grpc.forward_infer
+            request_stream, self.host.slots.get, lambda: self._grpc.forward_stream
         ):
             yield reply
 
@@ -210,8 +207,12 @@ class TritonModelHost(HttpIngress, ControlledReplica):
     async def infer(self, model: str, request: InferRequest) -> InferResponse:
         return await self.host.slot(model).infer(request)
 
-    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
-        return await infer_serialized(self.host.slot(model).infer, message, stream)
+    async def infer_wire(self, model: str, message: bytes) -> bytes:
+        return await infer_serialized(self.host.slot(model).infer, message)
+
+    async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
+        async for reply in stream_serialized(self.host.slot(model), message):
+            yield reply
 
     def metadata(self, model: str, version: str = "") -> ModelMetadata:
         return self.host.slot(model).metadata(version)

@@ -41,6 +41,7 @@ from deployments.grpc.model_infer import (
     answer_grpc,
     infer_serialized,
     parse_infer_request,
+    stream_serialized,
 )
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
@@ -112,11 +113,11 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
         the stream here by the model its first request names). A later request naming
         another model is answered by that model, through its deployment."""
 
-        def local(model: str):
-            return self.slot.infer if model == self.slot.name else None
+        def local(model: str) -> ModelSlot | None:
+            return self.slot if model == self.slot.name else None
 
         async for reply in self._routed.stream(
-            request_stream, local, lambda: self._other_models().forward_infer
+            request_stream, local, lambda: self._other_models().forward_stream
         ):
             yield reply
 
@@ -132,8 +133,12 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
     async def infer(self, model: str, request: InferRequest) -> InferResponse:
         return await self._slot(model).infer(request)
 
-    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
-        return await infer_serialized(self._slot(model).infer, message, stream)
+    async def infer_wire(self, model: str, message: bytes) -> bytes:
+        return await infer_serialized(self._slot(model).infer, message)
+
+    async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
+        async for reply in stream_serialized(self._slot(model), message):
+            yield reply
 
     def metadata(self, model: str, version: str = "") -> ModelMetadata:
         return self._slot(model).metadata(version)

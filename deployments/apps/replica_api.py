@@ -13,6 +13,7 @@ string: a renamed method fails at import and in the tests, not at run time.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from deployments.core.model_slot import SlotStatus
@@ -34,8 +35,13 @@ class ModelReplicaApi(Protocol):
 
     async def infer(self, model: str, request: InferRequest) -> InferResponse: ...
 
-    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
+    async def infer_wire(self, model: str, message: bytes) -> bytes:
         """A serialized ``ModelInferRequest`` -> its serialized response (gRPC frontend)."""
+        ...
+
+    def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
+        """A serialized ``ModelInferRequest`` of a stream -> its serialized
+        ``ModelStreamInferResponse`` messages (a decoupled model's several; gRPC frontend)."""
         ...
 
     def metadata(self, model: str, version: str = "") -> ModelMetadata: ...

@@ -17,15 +17,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from deployments.core.served_model import ModelMetadata, ServedModel
+from deployments.core.served_model import ModelMetadata, ServedModel, StreamingModel
 from deployments.observability.statistics import ModelStatistics, VersionMetrics
 from repo_adapter.config import ConfigDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.model_state import VersionStates
+from repo_adapter.response_stream import StreamedResponse
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +167,31 @@ class ModelSlot:
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
         try:
             return await model.infer(request)
+        finally:
+            remaining = self._in_flight[key] - 1
+            if remaining:
+                self._in_flight[key] = remaining
+            else:
+                del self._in_flight[key]
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        """The responses to ``request``: a decoupled model's as it sends them, else the one
+        response (final)."""
+        model = self.model
+        key = id(model)
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        try:
+            if isinstance(model, StreamingModel):
+                async for item in model.infer_stream(request):
+                    yield item
+            elif model.config.model_transaction_policy.decoupled:
+                raise InferenceServerError(
+                    f"model '{self.name}' is decoupled through its members, which rayton "
+                    "does not serve yet",
+                    StatusCode.UNSUPPORTED,
+                )
+            else:
+                yield StreamedResponse(await model.infer(request), True)
         finally:
             remaining = self._in_flight[key] - 1
             if remaining:

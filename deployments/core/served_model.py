@@ -7,8 +7,8 @@ SingleModel` and :class:`~deployments.core.ensemble_model.EnsembleModel` impleme
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, TypedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Protocol, TypedDict, runtime_checkable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -19,6 +19,7 @@ from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from repo_adapter.model_state import VersionStates
+from repo_adapter.response_stream import StreamedResponse
 
 
 class TensorMetadata(TypedDict):
@@ -73,6 +74,16 @@ class ServedModel(Protocol):
 
     def metrics(self) -> list[VersionMetrics]:
         """This process's per-version counters of Triton's metric families."""
+        ...
+
+
+@runtime_checkable
+class StreamingModel(Protocol):
+    """A served model that answers a request with a stream of responses (a decoupled
+    model's); the others give one response, which the slot wraps."""
+
+    def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        """Validate, run, and yield the responses until the final one."""
         ...
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Protocol, TypedDict
@@ -63,7 +64,9 @@ class ServerMetadata(TypedDict):
 class ModelCalls(Protocol):
     """How the server reaches a deployed model, wherever it runs (errors are Triton's)."""
 
-    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes: ...
+    async def infer_wire(self, model: str, message: bytes) -> bytes: ...
+
+    def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]: ...
 
     async def metadata(
         self, model: str, version: str = "", timeout_s: float | None = None
@@ -168,9 +171,14 @@ class ServerCore:
     async def model_statistics(self, model: str, version: str = "") -> list[ModelStatistics]:
         return await self.models.statistics(model, version, timeout_s=_HANDLE_TIMEOUT_S)
 
-    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
+    async def infer_wire(self, model: str, message: bytes) -> bytes:
         """A serialized ``ModelInferRequest`` run by ``model``; its serialized response."""
-        return await self.models.infer_wire(model, message, stream)
+        return await self.models.infer_wire(model, message)
+
+    def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
+        """A serialized ``ModelInferRequest`` of a stream run by ``model``; its serialized
+        ``ModelStreamInferResponse`` messages."""
+        return self.models.infer_wire_stream(model, message)
 
     async def is_deployed(self, model: str) -> bool:
         return model in (await self.view()).served

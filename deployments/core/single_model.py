@@ -9,9 +9,10 @@ Triton keeps serving its other models.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +24,11 @@ from deployments.observability.statistics import ModelStatistics, VersionMetrics
 from deployments.observability.tracing import TRACER, child_trace
 from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, model_backend_class
 from repo_adapter.config import ConfigDocument, config_to_json_dict
-from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from repo_adapter.model_state import ModelState, VersionState, VersionStates
 from repo_adapter.request_validation import RequestValidator, model_not_found, reshaped
+from repo_adapter.response_stream import ResponseStream, StreamedResponse
 from repo_adapter.warmup import run_warmup
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,7 @@ class SingleModel:
         self._output_reshapes = {t.name: t for t in config.output if t.HasField("reshape")}
         self._policy = BatchPolicy.from_config(config)
         self._batching = config.max_batch_size > 0
+        self.decoupled = config.model_transaction_policy.decoupled
         self.runners: dict[int, VersionRunner] = {}
         self.errors: dict[int, str] = {}
         self._admission = admission
@@ -195,7 +198,13 @@ class SingleModel:
         ]
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        """Validate, queue, execute; returns only the requested outputs, classified if asked."""
+        """Validate, queue, execute; returns only the requested outputs, classified if asked.
+
+        Raises:
+            DecoupledModelError: the model is decoupled (:meth:`infer_stream` reads it).
+        """
+        if self.decoupled:
+            raise DecoupledModelError(self.name)
         owned = child_trace(request)
         trace = request.trace
         if trace is not None:
@@ -205,17 +214,59 @@ class SingleModel:
             if trace is not None:
                 trace.model_version = runner.version
             rows = self._validator.normalize(request)  # validates and applies input reshapes
-            response = await runner.batcher.submit(request, rows)
-            self._reshape_outputs(response)
-            response.model_name = self.name
-            response.model_version = str(runner.version)
-            response.id = request.id
-            return self._select_outputs(request, response)
+            return self._finish(request, runner, await runner.batcher.submit(request, rows))
         finally:
             if trace is not None:
                 trace.stamp("REQUEST_END")
                 if owned:
                     TRACER.finish(trace)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        """Validate, queue, execute: the responses a decoupled model sends for ``request``,
+        each as :meth:`infer` answers (requested outputs, classified), until the final one.
+
+        A request whose execution fails ends with the error; a reader that stops early
+        cancels the request (the model's ``is_cancelled()``).
+        """
+        if not self.decoupled:
+            yield StreamedResponse(await self.infer(request), True)
+            return
+        owned = child_trace(request)
+        trace = request.trace
+        if trace is not None:
+            trace.stamp("REQUEST_START")
+        stream = ResponseStream()
+        execution: asyncio.Future[InferResponse] | None = None
+        try:
+            runner = self._runner(request.model_version)
+            if trace is not None:
+                trace.model_version = runner.version
+            rows = self._validator.normalize(request)
+            request.responses = stream
+            execution = asyncio.ensure_future(runner.batcher.submit(request, rows))
+            execution.add_done_callback(lambda done: _end_failed(stream, done))
+            async for item in stream:
+                if isinstance(item.result, InferResponse):
+                    item = StreamedResponse(self._finish(request, runner, item.result), item.final)
+                yield item
+        finally:
+            if not stream.closed:  # the reader stopped before the final response
+                stream.cancel()
+                if execution is not None and not execution.done():
+                    execution.cancel()
+            if trace is not None:
+                trace.stamp("REQUEST_END")
+                if owned:
+                    TRACER.finish(trace)
+
+    def _finish(
+        self, request: InferRequest, runner: VersionRunner, response: InferResponse
+    ) -> InferResponse:
+        self._reshape_outputs(response)
+        response.model_name = self.name
+        response.model_version = str(runner.version)
+        response.id = request.id
+        return self._select_outputs(request, response)
 
     def _reshape_outputs(self, response: InferResponse) -> None:
         """Core ``Output::Reshape``: report outputs with a ``reshape`` in their config dims."""
@@ -258,6 +309,19 @@ class SingleModel:
             for backend in runner.backends:
                 backend.unload()
         self.runners.clear()
+
+
+def _end_failed(stream: ResponseStream, execution: asyncio.Future[InferResponse]) -> None:
+    """A decoupled request whose execution failed ends with the error (unless the model
+    sent its final response already)."""
+    if execution.cancelled():
+        return
+    error = execution.exception()
+    if error is None:
+        return
+    if not isinstance(error, InferenceServerError):
+        error = InferenceServerError(f"{type(error).__name__}: {error}", StatusCode.INTERNAL)
+    stream.fail(error)
 
 
 def _unload_quietly(backends: list[Backend]) -> None:

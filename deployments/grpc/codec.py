@@ -41,6 +41,7 @@ from repo_adapter.datatypes import (
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from repo_adapter.request_validation import log_request
+from repo_adapter.response_stream import StreamedResponse
 
 # Request parameters the frontend consumes; models do not see ``triton_*`` ones.
 ENABLE_EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
@@ -450,6 +451,32 @@ def stream_response(
     return pb.ModelStreamInferResponse(
         infer_response=encode_infer_response(response, request_id, final_flag)
     )
+
+
+def streamed_response(
+    item: StreamedResponse, request: pb.ModelInferRequest, empty_final: bool, decoupled: bool
+) -> pb.ModelStreamInferResponse | None:
+    """One response of a stream's request as Triton streams it; None when nothing is sent.
+
+    A decoupled model's responses each carry ``triton_final_response`` (true on the final
+    one), and its final flag sent alone becomes an empty response only when the request
+    asked for ``triton_enable_empty_final_response`` (naming the model, not its version, as
+    Triton does). Another model's one response carries the flag only when asked.
+    """
+    result, request_id = item.result, request.id
+    if isinstance(result, BaseException):
+        return stream_response(error=result, request_id=request_id)
+    if result is None:
+        if not empty_final:
+            return None
+        message = pb.ModelInferResponse(model_name=request.model_name, id=request_id)
+        message.parameters[FINAL_RESPONSE].bool_param = True
+        return pb.ModelStreamInferResponse(infer_response=message)
+    if not decoupled:
+        return stream_response(result, request_id=request_id, final_flag=empty_final)
+    message = encode_infer_response(result, request_id)
+    message.parameters[FINAL_RESPONSE].bool_param = item.final
+    return pb.ModelStreamInferResponse(infer_response=message)
 
 
 # --------------------------------------------------------------------------------------------

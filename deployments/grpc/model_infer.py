@@ -1,10 +1,11 @@
 """``ModelInfer`` on a model's own replica, from request bytes to response bytes.
 
 The gRPC frontend forwards each inference as the serialized ``ModelInferRequest`` it received
-and returns the serialized response it gets back, so protobuf decoding, tensor conversion and
-encoding run on the model's replicas (which scale with the model) and the single frontend
-replica only routes. Errors are raised as :class:`InferenceServerError`; the frontend maps them
-to gRPC statuses (unary) or error messages (streams).
+and returns the serialized response it gets back (for a stream's request, its serialized
+``ModelStreamInferResponse`` messages: a decoupled model's several), so protobuf decoding,
+tensor conversion and encoding run on the model's replicas (which scale with the model) and
+the single frontend replica only routes. Errors are raised as :class:`InferenceServerError`;
+the frontend maps them to gRPC statuses (unary) or error messages (streams).
 
 A traced request's gRPC stamps are this replica's side of the exchange: ``GRPC_WAITREAD_*``
 around decoding the message the frontend forwarded, ``GRPC_SEND_*`` around encoding the
@@ -22,23 +23,36 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
+from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute
-from deployments.grpc.streams import answer_or_error, stream_replies
+from deployments.grpc.streams import replies_or_error, stream_replies
 from deployments.observability.tracing import TRACER
-from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.response_stream import StreamedResponse
 
 logger = logging.getLogger(__name__)
 
 InferFn = Callable[[InferRequest], Awaitable[InferResponse]]
-# (route, serialized request, stream) -> the serialized reply from the model's deployment
-ForwardFn = Callable[[InferRoute, bytes, bool], Awaitable[bytes]]
+# (route, serialized request) -> the serialized replies from the model's deployment
+ForwardFn = Callable[[InferRoute, bytes], AsyncIterator[bytes]]
+
+_DECOUPLED_UNARY = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
+class StreamTarget(Protocol):
+    """What answers a stream's requests in a replica: a model's slot."""
+
+    @property
+    def config(self) -> mc.ModelConfig: ...
+
+    def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]: ...
 
 
 def parse_infer_request(message: bytes) -> pb.ModelInferRequest:
@@ -51,21 +65,15 @@ def parse_infer_request(message: bytes) -> pb.ModelInferRequest:
         ) from None
 
 
-async def infer_serialized(infer: InferFn, message: bytes, stream: bool = False) -> bytes:
-    """Run the request in ``message`` through ``infer``.
-
-    Returns a serialized ``ModelInferResponse``, or with ``stream`` a serialized
-    ``ModelStreamInferResponse`` (with ``triton_final_response`` when the request asked for
-    empty final responses).
-    """
+async def infer_serialized(infer: InferFn, message: bytes) -> bytes:
+    """Run the request in ``message`` through ``infer``; a serialized ``ModelInferResponse``."""
     read_start_ns = time.monotonic_ns()
-    return await infer_message(infer, parse_infer_request(message), stream, read_start_ns)
+    return await infer_message(infer, parse_infer_request(message), read_start_ns)
 
 
 async def infer_message(
     infer: InferFn,
     request_message: pb.ModelInferRequest,
-    stream: bool = False,
     read_start_ns: int | None = None,
     offload_execution: bool = False,
 ) -> bytes:
@@ -73,23 +81,59 @@ async def infer_message(
     ``read_start_ns``: when reading it began (None: now); ``offload_execution``: see
     :attr:`InferRequest.offload_execution`."""
     read_start_ns = read_start_ns or time.monotonic_ns()
-    request, empty_final = codec.decode_infer_request(request_message)
+    request, _ = codec.decode_infer_request(request_message)
     request.offload_execution = offload_execution
     trace = request.trace = TRACER.start(request.model_name, request.id)
     if trace is not None:
         trace.stamp("GRPC_WAITREAD_START", read_start_ns)
         trace.stamp("GRPC_WAITREAD_END")
     try:
-        response = await infer(request)
+        try:
+            response = await infer(request)
+        except DecoupledModelError:
+            raise InferenceServerError(_DECOUPLED_UNARY, StatusCode.UNSUPPORTED) from None
         if trace is not None:
             trace.stamp("GRPC_SEND_START")
-        if stream:
-            reply = codec.stream_response(
-                response, request_id=request_message.id, final_flag=empty_final
-            )
-        else:
-            reply = codec.encode_infer_response(response, request_message.id)
-        return reply.SerializeToString()
+        return codec.encode_infer_response(response, request_message.id).SerializeToString()
+    finally:
+        if trace is not None:
+            trace.stamp("GRPC_SEND_END")
+            TRACER.finish(trace)
+
+
+async def stream_serialized(target: StreamTarget, message: bytes) -> AsyncIterator[bytes]:
+    """The replies to the stream request in ``message`` (:func:`stream_message`)."""
+    read_start_ns = time.monotonic_ns()
+    async for reply in stream_message(target, parse_infer_request(message), read_start_ns):
+        yield reply
+
+
+async def stream_message(
+    target: StreamTarget,
+    request_message: pb.ModelInferRequest,
+    read_start_ns: int | None = None,
+    offload_execution: bool = False,
+) -> AsyncIterator[bytes]:
+    """The serialized ``ModelStreamInferResponse`` messages answering one request of a
+    ``ModelStreamInfer`` stream: a decoupled model's responses as it sends them, another's
+    one response (see :func:`codec.streamed_response` for the final flags)."""
+    read_start_ns = read_start_ns or time.monotonic_ns()
+    decoupled = target.config.model_transaction_policy.decoupled
+    request, empty_final = codec.decode_infer_request(request_message)
+    request.offload_execution = offload_execution
+    trace = request.trace = TRACER.start(request.model_name, request.id)
+    if trace is not None:
+        trace.stamp("GRPC_WAITREAD_START", read_start_ns)
+        trace.stamp("GRPC_WAITREAD_END")
+    sending = False
+    try:
+        async for item in target.infer_stream(request):
+            if trace is not None and not sending:
+                trace.stamp("GRPC_SEND_START")
+            sending = True
+            reply = codec.streamed_response(item, request_message, empty_final, decoupled)
+            if reply is not None:
+                yield reply.SerializeToString()
     finally:
         if trace is not None:
             trace.stamp("GRPC_SEND_END")
@@ -133,39 +177,47 @@ class RoutedCalls:
     def __init__(self) -> None:
         self.in_flight = 0
 
-    async def infer(
-        self, infer: InferFn, request: pb.ModelInferRequest, stream: bool = False
-    ) -> bytes:
+    async def infer(self, infer: InferFn, request: pb.ModelInferRequest) -> bytes:
         """A ``ModelInfer`` routed to this model's replica by the model it names
-        (:mod:`cluster.grpc_routing`), parsed by Serve's gRPC ingress; with ``stream``, a
-        request of a routed ``ModelStreamInfer`` stream (the reply is then a
-        ``ModelStreamInferResponse``)."""
+        (:mod:`cluster.grpc_routing`), parsed by Serve's gRPC ingress."""
         # Triton's order, as in the frontend: the version string first, then the contents.
         codec.parse_model_version(request.model_version)
         self.in_flight += 1
         try:
-            return await infer_message(infer, request, stream, offload_execution=self.in_flight > 1)
+            return await infer_message(infer, request, offload_execution=self.in_flight > 1)
+        finally:
+            self.in_flight -= 1
+
+    async def _stream_local(
+        self, target: StreamTarget, request: pb.ModelInferRequest
+    ) -> AsyncIterator[bytes]:
+        codec.parse_model_version(request.model_version)
+        self.in_flight += 1
+        try:
+            offload = self.in_flight > 1
+            async for reply in stream_message(target, request, offload_execution=offload):
+                yield reply
         finally:
             self.in_flight -= 1
 
     async def stream(
         self,
         requests: AsyncIterator[pb.ModelInferRequest],
-        local: Callable[[str], InferFn | None],
+        local: Callable[[str], StreamTarget | None],
         forward: Callable[[], ForwardFn],
     ) -> AsyncIterator[SerializedMessage]:
         """A ``ModelStreamInfer`` stream HAProxy routed to this replica by its first request:
         each request is answered by ``local(model)`` where this replica serves the model, else
         through ``forward()`` (the model's deployment, as the gRPC frontend reaches it)."""
 
-        async def answer(request: pb.ModelInferRequest) -> bytes:
-            infer = local(request.model_name)
-            if infer is not None:
-                reply = self.infer(infer, request, stream=True)
+        def answer(request: pb.ModelInferRequest) -> AsyncIterator[bytes]:
+            target = local(request.model_name)
+            if target is not None:
+                replies = self._stream_local(target, request)
             else:
                 route = InferRoute(request.model_name, request.model_version, request.id)
-                reply = forward()(route, request.SerializeToString(), True)
-            return await answer_or_error(reply, request.id)
+                replies = forward()(route, request.SerializeToString())
+            return replies_or_error(replies, request.id)
 
         async for reply in stream_replies(requests, answer):
             yield SerializedMessage(reply)

@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2_grpc
 from deployments.core.server_core import ServerCore
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute, read_infer_route
-from deployments.grpc.streams import answer_or_error, error_reply, stream_replies
+from deployments.grpc.streams import error_reply, replies_or_error, stream_replies
 from repo_adapter.errors import InferenceServerError, StatusCode
 
 logger = logging.getLogger(__name__)
@@ -84,12 +84,19 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if not await self.core.is_deployed(model):
             raise await self.core.undeployed_model_error(model, version, action)
 
-    async def forward_infer(self, route: InferRoute, message: bytes, stream: bool = False) -> bytes:
+    async def forward_infer(self, route: InferRoute, message: bytes) -> bytes:
         """Send a request's wire bytes to its model's replicas; returns theirs."""
         # Triton's order: version string, then the model; the replica checks the contents.
         version = codec.parse_model_version(route.model_version)
         await self._require_deployed(route.model_name, version, "infer")
-        return await self.core.infer_wire(route.model_name, message, stream)
+        return await self.core.infer_wire(route.model_name, message)
+
+    async def forward_stream(self, route: InferRoute, message: bytes) -> AsyncIterator[bytes]:
+        """Send a stream request's wire bytes to its model's replicas; yields their replies."""
+        version = codec.parse_model_version(route.model_version)
+        await self._require_deployed(route.model_name, version, "infer")
+        async for reply in self.core.infer_wire_stream(route.model_name, message):
+            yield reply
 
     async def _model_call(
         self,
@@ -167,17 +174,19 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[bytes], context
     ) -> AsyncIterator[bytes]:
-        """One response message per request, in request order; errors don't end the stream
-        (:mod:`deployments.grpc.streams`)."""
+        """Each request's response messages (a decoupled model's several), in request
+        order; errors don't end the stream (:mod:`deployments.grpc.streams`)."""
         async for reply in stream_replies(request_iterator, self._stream_one):
             yield reply
 
-    async def _stream_one(self, message: bytes) -> bytes:
+    async def _stream_one(self, message: bytes) -> AsyncIterator[bytes]:
         try:
             route = read_infer_route(message)
         except Exception as err:
-            return error_reply(err, "")
-        return await answer_or_error(self.forward_infer(route, message, stream=True), route.id)
+            yield error_reply(err, "")
+            return
+        async for reply in replies_or_error(self.forward_stream(route, message), route.id):
+            yield reply
 
     # ------------------------------------------------------------------ model repository
 

@@ -1,18 +1,21 @@
-"""A ``ModelStreamInfer`` stream: its requests answered concurrently, its replies in order.
+"""A ``ModelStreamInfer`` stream: its requests answered concurrently, their replies in order.
 
-Triton answers each request of a stream with one response message and keeps the stream open
-after an error (the error is the message). Requests of a stream run concurrently, up to
-:data:`STREAM_WINDOW` in flight before reading pauses, so a stream feeds the models' dynamic
-batchers as concurrent unary calls do. Both ends that serve streams use this: rayton's gRPC
-frontend (wire bytes in) and a model's replica reached through HAProxy (requests parsed by
-Serve's gRPC ingress).
+Triton answers each request of a stream with its response messages (one, or a decoupled
+model's any number) and keeps the stream open after an error (the error is the message).
+Requests of a stream run concurrently, up to :data:`STREAM_WINDOW` in flight before reading
+pauses, so a stream feeds the models' dynamic batchers as concurrent unary calls do; a
+request's replies go out after those of the requests before it, each request's in the order
+its model sent them. Both ends that serve streams use this: rayton's gRPC frontend (wire
+bytes in) and a model's replica reached through HAProxy (requests parsed by Serve's gRPC
+ingress).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 from deployments.grpc import codec
@@ -26,43 +29,76 @@ STREAM_WINDOW = 256
 Message = TypeVar("Message")
 
 
-async def stream_replies(
-    requests: AsyncIterator[Message], answer: Callable[[Message], Awaitable[bytes]]
-) -> AsyncIterator[bytes]:
-    """``answer(request)`` for each request as it arrives, yielded in request order.
+class _Replies:
+    """One request's replies, collected by a task of its own while the replies of earlier
+    requests are still going out."""
 
-    ``answer`` returns a serialized ``ModelStreamInferResponse`` and should not raise (see
-    :func:`error_reply`); reading stops when the client ends the stream, and a failed read
-    (the client went away) is raised once every earlier reply was yielded.
+    def __init__(self, replies: AsyncIterator[bytes]) -> None:
+        self._items: deque[bytes] = deque()
+        self._changed = asyncio.Event()
+        self._done = False
+        self.task = asyncio.ensure_future(self._collect(replies))
+
+    async def _collect(self, replies: AsyncIterator[bytes]) -> None:
+        try:
+            async for reply in replies:
+                self._items.append(reply)
+                self._changed.set()
+        finally:
+            self._done = True
+            self._changed.set()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            while self._items:
+                yield self._items.popleft()
+            if self._done:
+                await self.task  # re-raises what the replies raised
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+
+async def stream_replies(
+    requests: AsyncIterator[Message], answer: Callable[[Message], AsyncIterator[bytes]]
+) -> AsyncIterator[bytes]:
+    """The replies ``answer(request)`` yields for each request as it arrives: every reply of
+    a request after those of the requests before it.
+
+    ``answer`` yields serialized ``ModelStreamInferResponse`` messages and should not raise
+    (see :func:`replies_or_error`); reading stops when the client ends the stream, and a
+    failed read (the client went away) is raised once every earlier reply was yielded.
     """
-    pending: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(STREAM_WINDOW)
+    pending: asyncio.Queue[_Replies | None] = asyncio.Queue(STREAM_WINDOW)
 
     async def read() -> None:
         try:
             async for request in requests:
-                await pending.put(asyncio.ensure_future(answer(request)))
+                await pending.put(_Replies(answer(request)))
         finally:
             await pending.put(None)
 
     reader = asyncio.ensure_future(read())
     try:
-        while (task := await pending.get()) is not None:
-            yield await task
+        while (replies := await pending.get()) is not None:
+            async for reply in replies:
+                yield reply
         await reader  # re-raises a failed read
     finally:
         reader.cancel()
         while not pending.empty():
-            task = pending.get_nowait()
-            if task is not None:
-                task.cancel()
+            replies = pending.get_nowait()
+            if replies is not None:
+                replies.task.cancel()
 
 
-async def answer_or_error(reply: Awaitable[bytes], request_id: str) -> bytes:
-    """``reply``, or the stream's error message for the request when it fails."""
+async def replies_or_error(replies: AsyncIterator[bytes], request_id: str) -> AsyncIterator[bytes]:
+    """``replies``, ended by the stream's error message for the request when they fail."""
     try:
-        return await reply
+        async for reply in replies:
+            yield reply
     except Exception as err:
-        return error_reply(err, request_id)
+        yield error_reply(err, request_id)
 
 
 def error_reply(err: Exception, request_id: str) -> bytes:

@@ -26,7 +26,7 @@ from deployments.http.wire import RawInputSpec
 from deployments.observability.statistics import ModelStatistics
 from deployments.observability.trace_settings import TraceSettingsDocument
 from deployments.observability.tracing import TRACER
-from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
 from repo_adapter.inference_types import JsonObject
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,8 @@ TRACE_SETTING = "trace/setting"
 # (model, changes or None for a read) -> Triton's trace settings of the model
 TraceSettingFn = Callable[[str, "JsonObject | None"], Awaitable[TraceSettingsDocument]]
 
+
+_DECOUPLED_INFER = "HTTP end point doesn't support models with decoupled transaction policy"
 
 # What may follow /v2/models/<m>[/versions/<v>] ("": the model's metadata).
 MODEL_ACTIONS = frozenset(("", "infer", "ready", "config", "stats"))
@@ -163,6 +165,8 @@ class ModelHttpEndpoints:
                 request.headers.get("accept-encoding"),
                 compression_level=RESPONSE_COMPRESSION_LEVEL,
             )
+        except DecoupledModelError:
+            return error_response(InferenceServerError(_DECOUPLED_INFER, StatusCode.UNSUPPORTED))
         except InferenceServerError as err:
             return error_response(err)
         finally:

@@ -14,8 +14,10 @@ itself (:meth:`PythonBackend.run_batches`), as a Triton stub runs execute after 
 thread runs the request on that loop (see :mod:`repo_adapter.python_backend.runtime`). One
 batch runs per instance at a time.
 
-Unsupported: decoupled models (``model_transaction_policy { decoupled: true }``) fail to load
-with UNSUPPORTED, since a backend returns exactly one response per request.
+Decoupled models (``model_transaction_policy { decoupled: true }``) send their responses
+through each request's sender, from ``execute`` or later from their own threads; each goes to
+the request's :class:`~repo_adapter.response_stream.ResponseSink` as it is sent, and the
+execution's result for such a request only says whether ``execute`` succeeded.
 """
 
 from __future__ import annotations
@@ -142,6 +144,7 @@ class PythonBackend(Backend):
             o.name: config_to_protocol(o.data_type) for o in self.config.output
         }
         self._default_outputs = [o.name for o in self.config.output]
+        self._decoupled = self.config.model_transaction_policy.decoupled
 
     @classmethod
     def for_instance(cls, model: ModelVersion, instance: InstanceSpec) -> Backend:
@@ -213,15 +216,9 @@ class PythonBackend(Backend):
         """Import model.py, create ``TritonPythonModel`` and call its ``initialize(args)``.
 
         Raises:
-            InferenceServerError: UNSUPPORTED for decoupled models; UNAVAILABLE when model.py
-                cannot be imported or ``initialize`` raises (the message says why).
+            InferenceServerError: UNAVAILABLE when model.py cannot be imported or
+                ``initialize`` raises (the message says why).
         """
-        if self.config.model_transaction_policy.decoupled:
-            raise InferenceServerError(
-                f"decoupled models are not supported yet: model '{self.model.name}' sets "
-                "model_transaction_policy { decoupled: true }",
-                StatusCode.UNSUPPORTED,
-            )
         self._loop = _running_loop()
         if self._loop is not None:
             runtime.bind_event_loop(self._loop)
@@ -319,7 +316,7 @@ class PythonBackend(Backend):
         if not self._async_execute:
             return await self._on_worker(loop, self._execute_on_worker, list(requests), loop)
         start = time.monotonic_ns()
-        pb_requests = [from_infer_request(r, self._default_outputs) for r in requests]
+        pb_requests = self._execute_requests(requests)
         outcomes = _Outcomes(pb_requests)
         infer_start = time.monotonic_ns()
         try:
@@ -418,7 +415,7 @@ class PythonBackend(Backend):
     ) -> Execution:
         """:meth:`execute` for a synchronous model, on the instance's thread."""
         start = time.monotonic_ns()
-        pb_requests = [from_infer_request(r, self._default_outputs) for r in requests]
+        pb_requests = self._execute_requests(requests)
         outcomes = self._running = _Outcomes(pb_requests)
         infer_start = time.monotonic_ns()
         try:
@@ -440,6 +437,14 @@ class PythonBackend(Backend):
         finally:
             self._running = None
         return Execution(results, ComputeTimes(infer_start - start, outcomes.infer_ns, 0))
+
+    def _execute_requests(self, requests: Sequence[InferRequest]) -> list[InferenceRequest]:
+        """The ``execute``-side requests; a decoupled model's send to each request's sink."""
+        pb_requests = [from_infer_request(r, self._default_outputs) for r in requests]
+        if self._decoupled:
+            for pb_request, request in zip(pb_requests, requests, strict=True):
+                request_state(pb_request).delivery = _Delivery(self, pb_request, request)
+        return pb_requests
 
     def _call_model_execute(
         self, batch: list[InferenceRequest], loop: asyncio.AbstractEventLoop
@@ -468,6 +473,13 @@ class PythonBackend(Backend):
 
     def _match_responses(self, batch: list[InferenceRequest], returned: Any) -> list[Any]:
         """Triton's checks of the execute return; responses go through the request's sender."""
+        if self._decoupled:
+            if returned is not None:
+                raise _ContractError(
+                    f"Python model '{self.instance.name}' is using the decoupled mode and the "
+                    "execute function must return None."
+                )
+            return [_PENDING] * len(batch)  # responses go through the senders, as sent
         if returned is None:
             entries: list[Any] = [None] * len(batch)  # responses come through the senders
         elif not isinstance(returned, list):
@@ -514,9 +526,11 @@ class PythonBackend(Backend):
         after execute returned)."""
         if isinstance(outcome, InferenceServerError):
             return outcome
+        if self._decoupled:  # execute succeeded; the responses went to the request's sink
+            return InferResponse(self.model.name, str(self.model.version), [], id=request.id)
         state = request_state(pb_request)
         if state.response.done():
-            return self._convert_response(pb_request, request, state.response.result())
+            return self.convert_response(pb_request, request, state.response.result())
         if not state.sender_requested or state.closed:
             return InferenceServerError(
                 f"Python model '{self.model.name}' returned no response for request "
@@ -532,7 +546,7 @@ class PythonBackend(Backend):
         if early is not None:
             return early
         response = await asyncio.wrap_future(request_state(pb_request).response)
-        return self._convert_response(pb_request, request, response)
+        return self.convert_response(pb_request, request, response)
 
     def _result_on_worker(
         self, pb_request: InferenceRequest, request: InferRequest, outcome: Any
@@ -541,11 +555,11 @@ class PythonBackend(Backend):
         if early is not None:
             return early
         # The instance waits for the response, as it waits for execute (one batch at a time).
-        return self._convert_response(
+        return self.convert_response(
             pb_request, request, request_state(pb_request).response.result()
         )
 
-    def _convert_response(
+    def convert_response(
         self, pb_request: InferenceRequest, request: InferRequest, response: InferenceResponse
     ) -> InferResponse | InferenceServerError:
         if response.has_error():
@@ -589,6 +603,33 @@ class PythonBackend(Backend):
         return runtime.model_call(
             phase, self.model.name, self.model.version_dir, loop or self._loop
         )
+
+
+class _Delivery:
+    """A decoupled request's responses, converted as the model sends them and handed to
+    the request's sink (dropped where nobody reads them: warmup)."""
+
+    def __init__(
+        self, backend: PythonBackend, pb_request: InferenceRequest, request: InferRequest
+    ) -> None:
+        self._backend = backend
+        self._pb_request = pb_request
+        self._request = request
+
+    def deliver(self, response: InferenceResponse | None, final: bool) -> None:
+        sink = self._request.responses
+        if sink is None or (response is None and not final):
+            return
+        if response is None:
+            sink.send(None, final)
+            return
+        result = self._backend.convert_response(self._pb_request, self._request, response)
+        sink.send(result, final)
+
+    @property
+    def cancelled(self) -> bool:
+        sink = self._request.responses
+        return sink is not None and sink.cancelled
 
 
 def _run_auto_complete(hook: Any, config: mc.ModelConfig, version_dir: Path) -> mc.ModelConfig:

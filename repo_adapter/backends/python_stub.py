@@ -47,7 +47,9 @@ from repo_adapter.python_backend.stub_messages import (
     BlsCall,
     CallReply,
     CancelBatch,
+    CancelResponses,
     CollectMetrics,
+    DecoupledResponse,
     HostCall,
     InstanceStarted,
     InstanceStopped,
@@ -62,6 +64,7 @@ from repo_adapter.python_backend.stub_messages import (
     for_stub,
     plain_error,
 )
+from repo_adapter.response_stream import ResponseSink
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +114,8 @@ class _StubProcess:
         self.started: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.stopped = threading.Event()
         self.batches: dict[int, _Batch] = {}
+        # A decoupled model's requests still open, by (batch id, index): where they go.
+        self.sinks: dict[tuple[int, int], ResponseSink] = {}
         self.metric_calls: dict[int, concurrent.futures.Future[list[CustomFamily]]] = {}
         self.busy: concurrent.futures.Future[None] | None = None  # the running chain's end
         self.loop: asyncio.AbstractEventLoop | None = None  # where finished batches are read
@@ -149,14 +154,8 @@ class PythonStubBackend(Backend):
 
         Raises:
             InferenceServerError: UNAVAILABLE when the process cannot start or the model
-                fails to load (the stub's reason), UNSUPPORTED for decoupled models.
+                fails to load (the stub's reason).
         """
-        if self.config.model_transaction_policy.decoupled:
-            raise InferenceServerError(
-                f"decoupled models are not supported yet: model '{self.model.name}' sets "
-                "model_transaction_policy { decoupled: true }",
-                StatusCode.UNSUPPORTED,
-            )
         self._loop = _running_loop() or runtime.server_loop()
         self._stub = self._start()
         add_metrics_source(self, self._collect_metrics)
@@ -274,6 +273,9 @@ class PythonStubBackend(Backend):
             lost = stub.lost
             if not lost:
                 stub.batches[batch_id] = batch
+                for index, request in enumerate(batch.requests):
+                    if request.responses is not None:
+                        stub.sinks[(batch_id, index)] = request.responses
         if not lost:
             try:
                 level = _model_log_level()
@@ -284,6 +286,7 @@ class PythonStubBackend(Backend):
                 with stub.lock:
                     if stub.batches.pop(batch_id, None) is None:
                         return None  # the reader failed it already
+                    _drop_sinks(stub, batch_id)
         batch.chain.finished(batch.requests, self._unavailable())
         batch.drained.set_result(None)
         return None
@@ -339,7 +342,9 @@ class PythonStubBackend(Backend):
         self._lost(stub)
 
     def _handle(self, stub: _StubProcess, message: Any) -> None:
-        if isinstance(message, LogLine):
+        if isinstance(message, DecoupledResponse):
+            self._deliver(stub, message)
+        elif isinstance(message, LogLine):
             _emit(message)
         elif isinstance(message, (BlsCall, LoadModelCall, UnloadModelCall, ModelReadyCall)):
             self._answer(stub, message)
@@ -356,9 +361,33 @@ class PythonStubBackend(Backend):
         elif isinstance(message, InstanceStopped):
             stub.stopped.set()
 
+    def _deliver(self, stub: _StubProcess, message: DecoupledResponse) -> None:
+        """A decoupled model's response, to its request's sink; a sink nobody reads any more
+        tells the model (``is_cancelled()``)."""
+        key = (message.batch_id, message.index)
+        with stub.lock:
+            sink = stub.sinks.get(key)
+            if sink is not None and (message.final or sink.cancelled):
+                del stub.sinks[key]
+        if sink is None:
+            return
+        if sink.cancelled:
+            with contextlib.suppress(ChannelClosedError):
+                stub.control_channel.send(CancelResponses(*key))
+            return
+        sink.send(message.result, message.final)
+
     def _batch_done(self, stub: _StubProcess, message: BatchDone) -> None:
         with stub.lock:
             batch = stub.batches.pop(message.batch_id, None)
+            if batch is not None and stub.sinks:
+                # Requests whose execution failed send nothing more (the caller ends them).
+                outcome = message.outcome
+                for index in range(len(batch.requests)):
+                    if isinstance(outcome, InferenceServerError) or isinstance(
+                        outcome[index], InferenceServerError
+                    ):
+                        stub.sinks.pop((message.batch_id, index), None)
         if batch is None:
             return
         following = list(batch.chain.next_batch())
@@ -399,6 +428,8 @@ class PythonStubBackend(Backend):
             stub.lost = True
             batches = list(stub.batches.values())
             stub.batches.clear()
+            sinks = list(stub.sinks.values())
+            stub.sinks.clear()
             metric_calls = list(stub.metric_calls.values())
             stub.metric_calls.clear()
         if not stub.started.done():
@@ -422,6 +453,8 @@ class PythonStubBackend(Backend):
         for batch in batches:
             batch.chain.finished(batch.requests, error)
             batch.drained.set_result(None)
+        for sink in sinks:  # decoupled requests still sending when the process stopped
+            sink.send(error, True)
         if self._unloading or self._stub is not stub:
             return  # unload() ends it
         logger.error(
@@ -517,6 +550,12 @@ async def _host_call(call: HostCall) -> Any:
     else:
         result = hook.is_model_ready(call.model_name, call.model_version)
     return await result if inspect.isawaitable(result) else result
+
+
+def _drop_sinks(stub: _StubProcess, batch_id: int) -> None:
+    """Forget the sinks of a batch that never reached the stub (its caller fails them)."""
+    for key in [key for key in stub.sinks if key[0] == batch_id]:
+        del stub.sinks[key]
 
 
 def _end(stub: _StubProcess) -> None:

@@ -15,7 +15,7 @@ import enum
 import json
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
 from repo_adapter.inference_types import (
@@ -132,7 +132,8 @@ class InferenceResponse:
 class ResponseIterator:
     """What ``exec(decoupled=True)`` returns: an iterator over the target's responses.
 
-    Decoupled models are not served here, so there is always exactly one response.
+    BLS does not stream a decoupled target's responses yet (such a target answers
+    UNSUPPORTED): there is always exactly one response.
     """
 
     def __init__(self, responses: Sequence[InferenceResponse]) -> None:
@@ -148,17 +149,39 @@ class ResponseIterator:
         """Cancel the BLS request (a no-op: the response is already complete)."""
 
 
-class _RequestState:
-    """Backend-side state of one request passed to ``execute``."""
+class ResponseDelivery(Protocol):
+    """Where a decoupled model's responses go as it sends them (the backend's side)."""
 
-    def __init__(self) -> None:
+    def deliver(self, response: InferenceResponse | None, final: bool) -> None:
+        """One response (None: the final flag alone), in the order they were sent."""
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the client stopped reading the responses."""
+
+
+class _RequestState:
+    """Backend-side state of one request passed to ``execute``; ``delivery`` set for a
+    decoupled model's request (its responses go there, any number of them)."""
+
+    def __init__(self, delivery: ResponseDelivery | None = None) -> None:
         self.lock = threading.Lock()
         self.response: concurrent.futures.Future[InferenceResponse] = concurrent.futures.Future()
         self.sent = 0
         self.closed = False
-        self.cancelled = False
+        self._cancelled = False
         self.sender_requested = False
         self.release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        self.delivery = delivery
+
+    @property
+    def cancelled(self) -> bool:
+        delivery = self.delivery
+        return self._cancelled or (delivery is not None and delivery.cancelled)
+
+    @cancelled.setter
+    def cancelled(self, value: bool) -> None:
+        self._cancelled = value
 
     def send(self, response: InferenceResponse | None, flags: int) -> None:
         if response is not None and not isinstance(response, InferenceResponse):
@@ -168,6 +191,16 @@ class _RequestState:
         if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
             raise TritonModelException(f"invalid response flags {flags}")
         with self.lock:
+            if self.delivery is not None:  # decoupled: any number of responses, then final
+                if self.closed:
+                    raise TritonModelException(
+                        "Unable to send response. Response sender has been closed."
+                    )
+                self.closed = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                self.sent += 1
+                # Under the lock: responses sent from several threads keep their order.
+                self.delivery.deliver(response, self.closed)
+                return
             # The checks and messages of Triton's ResponseSender for non-decoupled models.
             if response is not None and self.sent > 0:
                 raise TritonModelException(
@@ -456,13 +489,18 @@ def _parameters_to_json(parameters: dict[str, Any] | None) -> str:
 # Conversions between the API objects and the server's request/response types
 
 
-def from_infer_request(request: InferRequest, default_outputs: Sequence[str]) -> InferenceRequest:
+def from_infer_request(
+    request: InferRequest,
+    default_outputs: Sequence[str],
+    delivery: ResponseDelivery | None = None,
+) -> InferenceRequest:
     """The ``execute``-side view of a client request; input arrays are shared, not copied.
 
     Args:
         request: The decoded client request.
         default_outputs: Outputs to request when the client named none (all model outputs,
             as Triton core fills them in).
+        delivery: Where its responses go, for a decoupled model's request.
     """
     params = request.parameters
     flags = 0
@@ -490,7 +528,7 @@ def from_infer_request(request: InferRequest, default_outputs: Sequence[str]) ->
     pb_request._trace = InferenceTrace(request.trace.key if request.trace is not None else None)
     # default=str: the transports may carry parameter types the Python API does not (floats).
     pb_request._parameters = json.dumps(user_params, default=str)
-    pb_request._state = _RequestState()
+    pb_request._state = _RequestState(delivery)
     pb_request._sender = None
     return pb_request
 

@@ -45,7 +45,9 @@ from repo_adapter.python_backend.stub_messages import (
     BlsCall,
     CallReply,
     CancelBatch,
+    CancelResponses,
     CollectMetrics,
+    DecoupledResponse,
     HostCall,
     InstanceStarted,
     InstanceStopped,
@@ -84,6 +86,21 @@ class _ForwardingHandler(logging.Handler):
             self._channel.send(line)
 
 
+class _HostSink:
+    """A decoupled request's responses, sent to the host as the model sends them (on the
+    control channel: they may come after ``execute`` returned, from any thread)."""
+
+    def __init__(self, stub: Stub, batch_id: int, index: int) -> None:
+        self._stub = stub
+        self._key = (batch_id, index)
+        self.cancelled = False
+
+    def send(self, result: InferResponse | InferenceServerError | None, final: bool) -> None:
+        if final:
+            self._stub.forget_sink(self._key)
+        self._stub._reply(DecoupledResponse(*self._key, result, final))
+
+
 class Stub:
     """The stub's side of both channels."""
 
@@ -101,6 +118,8 @@ class Stub:
         self._next_call = 0
         self._next_batch_call = 0  # BLS calls on the batch channel count down from -1
         self._stopping = False  # the host asked to stop during a batch
+        self._sinks: dict[tuple[int, int], _HostSink] = {}  # decoupled requests still open
+        self._sinks_lock = threading.Lock()
         self.stopped = loop.create_future()
 
     # ------------------------------------------------------------------ control channel
@@ -116,6 +135,11 @@ class Stub:
                 self._settle_call(message)
             elif isinstance(message, CancelBatch):
                 self._cancel(message.batch_id)
+            elif isinstance(message, CancelResponses):
+                with self._sinks_lock:
+                    sink = self._sinks.get((message.batch_id, message.index))
+                if sink is not None:
+                    sink.cancelled = True
             elif isinstance(message, CollectMetrics):
                 self._reply(MetricsCollected(message.call_id, collect_metrics()))
             elif isinstance(message, StartInstance):
@@ -180,7 +204,11 @@ class Stub:
             assert isinstance(message, RunBatch)
             _follow_log_level(message.log_level)
             self._running_id = message.batch_id
+            if backend.config.model_transaction_policy.decoupled:
+                self._attach_sinks(message.batch_id, message.requests)
             outcome = self._run(backend, message.requests)
+            if backend.config.model_transaction_policy.decoupled:
+                self._forget_failed(message.batch_id, outcome)
             self._running_id = 0
             try:
                 self._batches.send(BatchDone(message.batch_id, outcome))
@@ -189,6 +217,27 @@ class Stub:
         # finalize() needs the instance's thread, which is ours until we return.
         runtime.set_thread_bls_dispatcher(None)
         self._loop.call_soon_threadsafe(self._loop.create_task, self._stop())
+
+    def _attach_sinks(self, batch_id: int, requests: list[InferRequest]) -> None:
+        """Give each request of a decoupled model's batch its way back to the host."""
+        with self._sinks_lock:
+            for index, request in enumerate(requests):
+                sink = self._sinks[(batch_id, index)] = _HostSink(self, batch_id, index)
+                request.responses = sink
+
+    def _forget_failed(self, batch_id: int, outcome: Execution | InferenceServerError) -> None:
+        """Requests whose execution failed send nothing more: the host ends them."""
+        with self._sinks_lock:
+            for index in range(len(outcome) if isinstance(outcome, Execution) else 0):
+                if isinstance(outcome[index], InferenceServerError):
+                    self._sinks.pop((batch_id, index), None)
+            if isinstance(outcome, InferenceServerError):
+                for key in [k for k in self._sinks if k[0] == batch_id]:
+                    del self._sinks[key]
+
+    def forget_sink(self, key: tuple[int, int]) -> None:
+        with self._sinks_lock:
+            self._sinks.pop(key, None)
 
     def _bls_on_batch_channel(self, request: InferRequest) -> InferResponse:
         """A BLS request from the running batch, answered by the host on the batch channel.

@@ -1,8 +1,9 @@
 """The messages between a python model's host and its stub process (one dataclass each).
 
 Host to stub: :class:`StartInstance`, :class:`RunBatch`, :class:`CancelBatch`,
-:class:`CollectMetrics`, :class:`StopInstance`, and the replies to the stub's calls
-(:class:`CallReply`). Stub to host: :class:`InstanceStarted`, :class:`BatchDone`,
+:class:`CancelResponses`, :class:`CollectMetrics`, :class:`StopInstance`, and the replies to
+the stub's calls (:class:`CallReply`). Stub to host: :class:`InstanceStarted`,
+:class:`BatchDone`, a decoupled model's responses (:class:`DecoupledResponse`),
 :class:`MetricsCollected`, :class:`InstanceStopped`, the model's calls out of its process
 (:class:`BlsCall`, :class:`LoadModelCall`, :class:`UnloadModelCall`, :class:`ModelReadyCall`)
 and its log lines (:class:`LogLine`).
@@ -61,6 +62,26 @@ class CancelBatch:
     """The caller gave up on a batch: ``is_cancelled()`` tells the model."""
 
     batch_id: int
+
+
+@dataclass(frozen=True)
+class DecoupledResponse:
+    """A response a decoupled model sent for request ``index`` of batch ``batch_id`` (None:
+    the final flag alone), during ``execute`` or after it."""
+
+    batch_id: int
+    index: int
+    result: InferResponse | InferenceServerError | None
+    final: bool
+
+
+@dataclass(frozen=True)
+class CancelResponses:
+    """Nobody reads the responses of request ``index`` of batch ``batch_id`` any more:
+    ``is_cancelled()`` tells the model."""
+
+    batch_id: int
+    index: int
 
 
 @dataclass(frozen=True)
@@ -148,11 +169,14 @@ class LogLine:
 
 def for_stub(request: InferRequest) -> InferRequest:
     """``request`` as its stub sees it: its trace only names the traced request (for the BLS
-    calls made for it); the records stay with this process's copy."""
+    calls made for it); the records and the response sink stay with this process's copy."""
     trace = request.trace
-    if trace is None:
+    if trace is None and request.responses is None:
         return request
-    return replace(request, trace=replace(trace, levels=frozenset(), stamps=[], tensors=[]))
+    if trace is not None:
+        trace = replace(trace, levels=frozenset(), stamps=[], tensors=[])
+    # A decoupled request's sink stays here: the stub sends its responses back by index.
+    return replace(request, trace=trace, responses=None)
 
 
 def plain_error(err: BaseException, fallback: Any) -> InferenceServerError:

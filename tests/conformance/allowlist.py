@@ -274,3 +274,7 @@ EXPLICIT_ALLOWED: tuple[Difference, ...] = ()
 # checked for staleness by their own module.
 NATIVE_ALLOWED: tuple[Difference, ...] = ()
 NATIVE_KNOWN_GAPS: tuple[Difference, ...] = ()
+
+# Differences for decoupled models (:mod:`tests.conformance.decoupled_cases`), checked for
+# staleness by their own module.
+DECOUPLED_ALLOWED: tuple[Difference, ...] = ()

@@ -788,7 +788,8 @@ CASES = REGISTRY.cases
 # What the suite deliberately does not compare, and why (for the README section).
 NOT_COMPARED: tuple[tuple[str, str], ...] = (
     (
-        "gRPC-only RPCs (ModelStreamInfer, shared memory, trace and log settings), log_file and "
+        "gRPC-only RPCs (ModelStreamInfer of stateless models, shared memory, trace and log "
+        "settings), log_file and "
         "the trace file",
         "checked by rayton's own tests (tests/deployments/grpc, tests/deployments/apps), not "
         "against Triton yet",
@@ -798,7 +799,7 @@ NOT_COMPARED: tuple[tuple[str, str], ...] = (
         "tritonserver 2.51 crashes on it; rayton answers 400 as current Triton documents",
     ),
     (
-        "sequence batching, decoupled models, shared memory",
+        "sequence batching, the generate extension, shared memory",
         "not implemented in rayton yet (and not advertised)",
     ),
     (

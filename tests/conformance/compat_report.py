@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tests.conformance.allowlist import (
     ALLOWED,
+    DECOUPLED_ALLOWED,
     EXPLICIT_ALLOWED,
     KNOWN_GAPS,
     NATIVE_ALLOWED,
@@ -26,6 +27,7 @@ from tests.conformance.allowlist import (
     Difference,
 )
 from tests.conformance.cases import CASES, MODELS, NOT_COMPARED
+from tests.conformance.decoupled_cases import DECOUPLED_REGISTRY
 from tests.conformance.explicit_cases import EXPLICIT_REGISTRY
 from tests.conformance.native_cases import NATIVE_REGISTRY
 
@@ -50,6 +52,9 @@ GROUP_TITLES = {
     "native": "Backends of one's own (the same `libtriton_scale.so`, a C test backend, "
     "`libtriton_imgprep.so`, the C++ example built with CMake, and a python-based backend "
     "`backends/scaling/model.py`, loaded by both, `tests/conformance/test_native_backends.py`)",
+    "decoupled": "Decoupled models (a python model sending from its own thread after `execute` "
+    "returned, and the C test backend built decoupled; `ModelStreamInfer` over "
+    "`tritonclient.grpc`, `tests/conformance/test_decoupled_models.py`)",
 }
 
 
@@ -75,7 +80,12 @@ def case_lines() -> list[str]:
     """Checked cases, grouped, as a markdown list; per-model cases are listed once."""
     lines = []
     for group, title in GROUP_TITLES.items():
-        every = (*CASES, *EXPLICIT_REGISTRY.cases, *NATIVE_REGISTRY.cases)
+        every = (
+            *CASES,
+            *EXPLICIT_REGISTRY.cases,
+            *NATIVE_REGISTRY.cases,
+            *DECOUPLED_REGISTRY.cases,
+        )
         cases = [case for case in every if case.group == group]
         counts = Counter(_generic(case.description) for case in cases)
         items = _unique(
@@ -141,7 +151,7 @@ def render() -> str:
         "",
         "### Different by design",
         "",
-        *difference_lines(ALLOWED + EXPLICIT_ALLOWED + NATIVE_ALLOWED),
+        *difference_lines(ALLOWED + EXPLICIT_ALLOWED + NATIVE_ALLOWED + DECOUPLED_ALLOWED),
         "",
     ]
     if KNOWN_GAPS or NATIVE_KNOWN_GAPS:

@@ -255,5 +255,52 @@ class GrpcSession(ClientSession):
     def make_output(self, spec: OutputSpec) -> Any:
         return self.module.InferRequestedOutput(spec.name, class_count=spec.class_count)
 
+    def stream(
+        self, model: str, requests: list[StreamRequest], replies: int, settle_s: float = 0.5
+    ) -> Any:
+        """``requests`` sent on one ``ModelStreamInfer`` stream: the replies grouped by request
+        id (in the order each request's came), ``replies`` of them and whatever else arrives
+        within ``settle_s``; an error reply is ``{"error": message}``."""
+        import queue
+
+        received: queue.Queue = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: received.put((result, error)))
+        try:
+            for request in requests:
+                self.client.async_stream_infer(
+                    model,
+                    [self.make_input(spec) for spec in request.inputs],
+                    request_id=request.request_id,
+                    enable_empty_final_response=request.empty_final,
+                )
+            got: dict[str, list[Any]] = {}
+            count = 0
+            while True:
+                try:
+                    timeout = 30.0 if count < replies else settle_s
+                    result, error = received.get(timeout=timeout)
+                except queue.Empty:
+                    break
+                count += 1
+                if error is not None:
+                    got.setdefault("<error>", []).append({"error": normalise_message(str(error))})
+                    continue
+                response = result.get_response(as_json=True)
+                observed = normalise_result(response, result.as_numpy)
+                got.setdefault(str(response.get("id", "")), []).append(observed)
+            return got
+        finally:
+            self.client.stop_stream()
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """One request of a stream: its inputs, id and whether it asks for an empty final
+    response (``enable_empty_final_response``)."""
+
+    inputs: list[TensorSpec]
+    request_id: str
+    empty_final: bool = False
+
 
 SESSIONS: dict[str, type[ClientSession]] = {"http": HttpSession, "grpc": GrpcSession}

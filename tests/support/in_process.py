@@ -8,12 +8,13 @@ it runs over the repository controller and deployment handles in a cluster.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from deployments.core.served_model import ModelMetadata
 from deployments.core.server_core import RepositoryView
 from deployments.core.single_model import SingleModel
-from deployments.grpc.model_infer import infer_serialized
+from deployments.grpc.model_infer import infer_serialized, stream_serialized
 from deployments.observability.log_settings import LogSettings, LogSettingsDocument
 from deployments.observability.statistics import ModelStatistics
 from deployments.observability.status import StatusDocument, status_document
@@ -105,8 +106,12 @@ class InProcessRepository:
             raise model_not_found(model)
         return loaded
 
-    async def infer_wire(self, model: str, message: bytes, stream: bool = False) -> bytes:
-        return await infer_serialized(self._loaded(model).infer, message, stream)
+    async def infer_wire(self, model: str, message: bytes) -> bytes:
+        return await infer_serialized(self._loaded(model).infer, message)
+
+    async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
+        async for reply in stream_serialized(self._loaded(model), message):
+            yield reply
 
     async def metadata(
         self, model: str, version: str = "", timeout_s: float | None = None

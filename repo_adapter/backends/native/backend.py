@@ -6,7 +6,8 @@ one model object per model version (shared by its instances), one instance objec
 instance. A batch is handed to the backend's ``Execute`` on the instance's own thread; its
 responses may come later and from any thread: they arrive in the instance's completion queue,
 which the serving event loop reads (its fd), and each request's result is ready once its
-final response came and the backend released it.
+final response came and the backend released it. A decoupled model's responses go to the
+request's sink as they arrive instead; its execution ends when ``Execute`` returns.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from repo_adapter.inference_types import (
     InferTensor,
     ReportedTimes,
 )
+from repo_adapter.response_stream import ResponseSink
 
 _KINDS = {"CPU": "KIND_CPU", "GPU": "KIND_GPU", "MODEL": "KIND_MODEL"}
 
@@ -115,6 +117,7 @@ class _Pending:
 
     request: NativeRequest
     done: asyncio.Future
+    sink: ResponseSink | None = None  # a decoupled model's: responses go there as they come
     responses: list[ResponseEvent] = field(default_factory=list)
     final: bool = False
     released: bool = False
@@ -192,6 +195,10 @@ class NativeTritonBackend(Backend):
                 self._forget(item)
             return Execution([refused] * len(requests))
         self._drain()
+        if self.config.model_transaction_policy.decoupled:
+            # Execute returned: the instance is free; responses go on arriving in the sinks.
+            answered = InferResponse(self.model.name, str(self.model.version), [])
+            return Execution([answered] * len(requests), reports=self._reports(instance, pending))
         await asyncio.gather(*(item.done for item in pending))
         pairs = zip(requests, pending, strict=True)
         results = [self._result(request, item) for request, item in pairs]
@@ -228,7 +235,7 @@ class NativeTritonBackend(Backend):
                 k: v for k, v in request.parameters.items() if isinstance(v, (str, int, float))
             },
         )
-        item = _Pending(native, loop.create_future())
+        item = _Pending(native, loop.create_future(), request.responses)
         self._pending[token] = item
         return item
 
@@ -243,6 +250,9 @@ class NativeTritonBackend(Backend):
                 continue
             if isinstance(event, ReleaseEvent):
                 item.released = True
+            elif item.sink is not None:
+                item.final = item.final or event.final
+                item.sink.send(self._streamed(event), event.final)
             else:
                 item.responses.append(event)
                 item.final = item.final or event.final
@@ -253,6 +263,21 @@ class NativeTritonBackend(Backend):
     def _forget(self, item: _Pending) -> None:
         self._pending.pop(item.request.token, None)
         item.request.delete()
+
+    def _streamed(self, event: ResponseEvent) -> InferResponse | InferenceServerError | None:
+        """A decoupled model's response as its sink takes it (None: the final flag alone)."""
+        if event.error is not None:
+            return event.error
+        if not event.outputs and event.final:
+            return None
+        return self._response(event)
+
+    def _response(self, event: ResponseEvent) -> InferResponse:
+        return InferResponse(
+            model_name=self.model.name,
+            model_version=str(self.model.version),
+            outputs=[InferTensor(o.name, o.datatype, o.data) for o in event.outputs],
+        )
 
     def _result(
         self, request: InferRequest, item: _Pending

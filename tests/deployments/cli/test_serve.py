@@ -148,6 +148,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             (repository / model.name).symlink_to(model)
     (repository / "bytes_identity").symlink_to(TEST_MODELS / "bytes_identity")
     (repository / "init_raises").symlink_to(PYTHON_MODELS / "init_raises")
+    (repository / "decoupled").symlink_to(PYTHON_MODELS / "decoupled")
     (repository / "crashes" / "1").mkdir(parents=True)
     (repository / "crashes" / "config.pbtxt").write_text(CRASHES_CONFIG)
     (repository / "crashes" / "1" / "model.py").write_text(CRASHES)
@@ -167,6 +168,8 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             "init_raises",
             "--load-model",
             "crashes",
+            "--load-model",
+            "decoupled",
         ),
         env=rayton_serve_env(ray_tmp),
         stdout=subprocess.PIPE,
@@ -333,6 +336,21 @@ def check_a_stream_through_haproxy(client: grpcclient.InferenceServerClient) -> 
     assert no_error is None and first.as_numpy("OUT")[0, 0] == b"hello"
     assert none is None and "unknown model: 'no_such_model'" in str(unknown), unknown
     assert last.as_numpy("OUT")[0, 0] == b"hello"
+    # A decoupled model's stream, routed by HAProxy to the replica holding it: its responses
+    # as the model sent them, after execute returned.
+    count = grpcclient.InferInput("INPUT0", [1], "FP32")
+    count.set_data_from_numpy(np.array([3], dtype=np.float32))
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        client.async_stream_infer("decoupled", [count], enable_empty_final_response=True)
+        streamed = [responses.get(timeout=60) for _ in range(4)]
+    finally:
+        client.stop_stream()
+    assert [error for _, error in streamed] == [None] * 4
+    values = [result.as_numpy("OUTPUT0") for result, _ in streamed]
+    assert [v.tolist() for v in values[:3]] == [[0.0], [1.0], [2.0]] and values[3] is None
+    final = [r.get_response().parameters["triton_final_response"].bool_param for r, _ in streamed]
+    assert final == [False, False, False, True]
 
 
 def check_replicas_answer_http_with_rayton_s_server(url: str) -> None:

@@ -158,3 +158,46 @@ async def test_reshapes_with_variable_dimensions_follow_cores_rule(tmp_path):
         np.testing.assert_array_equal(response.output("OUTPUT0").data, data)
     finally:
         await model.close()
+
+
+def count_request(count: float, request_id: str = "") -> InferRequest:
+    return InferRequest(
+        "decoupled", [InferTensor("INPUT0", "FP32", np.array([count], np.float32))], id=request_id
+    )
+
+
+async def test_a_decoupled_models_responses_stream_through_the_batcher():
+    model = load(PYTHON_MODELS / "decoupled")
+    try:
+        items = [item async for item in model.infer_stream(count_request(2, "r"))]
+        with pytest.raises(InferenceServerError) as refused:
+            await model.infer(count_request(1))
+        failed = [item async for item in model.infer_stream(count_request(999))]
+        statistics = model.statistics()[0]["inference_stats"]
+    finally:
+        await model.close()
+    responses = [item.result for item in items[:2]]
+    assert [r.output("OUTPUT0").data.tolist() for r in responses] == [[0.0], [1.0]]
+    assert {(r.model_name, r.model_version, r.id) for r in responses} == {("decoupled", "1", "r")}
+    assert [(item.result, item.final) for item in items[2:]] == [(None, True)]
+    assert refused.value.code is StatusCode.UNSUPPORTED  # a stream reads it, not infer
+    assert len(failed) == 1 and failed[0].final
+    assert "ValueError: refused on purpose" in failed[0].result.message
+    assert (statistics["success"]["count"], statistics["fail"]["count"]) == (1, 1)
+
+
+async def test_a_decoupled_reader_that_stops_cancels_its_request():
+    model = load(PYTHON_MODELS / "decoupled")
+    try:
+        stream = model.infer_stream(count_request(1000000))
+        first = await anext(stream)
+        await stream.aclose()  # the client went away
+        assert first.result.output("OUTPUT0").data.tolist() == [0.0]
+        backend = model.runners[1].backends[0]
+        for _ in range(200):
+            if backend._model.cancelled:
+                break
+            await asyncio.sleep(0.05)
+        assert backend._model.cancelled == 1
+    finally:
+        await model.close()

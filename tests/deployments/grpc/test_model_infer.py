@@ -6,6 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
+from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
 from deployments.grpc import codec
@@ -13,9 +14,11 @@ from deployments.grpc.model_infer import (
     RoutedCalls,
     infer_serialized,
     parse_infer_request,
+    stream_serialized,
 )
-from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+from repo_adapter.response_stream import StreamedResponse
 from tests.deployments.grpc.test_codec import client_request, infer_input
 
 
@@ -45,17 +48,68 @@ async def test_unary_reply_is_the_encoded_response():
     )
 
 
+class StreamingDouble:
+    """A stream target: the doubling model, or (decoupled) one response per row of IN,
+    the final flag sent alone."""
+
+    def __init__(self, decoupled: bool = False) -> None:
+        self.config = mc.ModelConfig(name="double")
+        self.config.model_transaction_policy.decoupled = decoupled
+
+    async def infer_stream(self, request: InferRequest):
+        if not self.config.model_transaction_policy.decoupled:
+            yield StreamedResponse(await doubling_model(request), True)
+            return
+        for row in request.input("IN").data:
+            response = InferResponse("double", "3", [InferTensor("OUT", "FP32", row * 2)])
+            yield StreamedResponse(response, False)
+        yield StreamedResponse(None, True)
+
+
+async def stream_of(target: StreamingDouble, message: bytes) -> list[pb.ModelStreamInferResponse]:
+    return [
+        pb.ModelStreamInferResponse.FromString(reply)
+        async for reply in stream_serialized(target, message)
+    ]
+
+
 async def test_stream_reply_wraps_the_response_and_marks_it_final_when_asked():
     asked = request_bytes(empty_final=True, request_id="s1")
-    reply = pb.ModelStreamInferResponse.FromString(
-        await infer_serialized(doubling_model, asked, stream=True)
-    )
+    [reply] = await stream_of(StreamingDouble(), asked)
     assert reply.error_message == "" and reply.infer_response.id == "s1"
     assert reply.infer_response.parameters[codec.FINAL_RESPONSE].bool_param is True
-    plain = pb.ModelStreamInferResponse.FromString(
-        await infer_serialized(doubling_model, request_bytes(), stream=True)
-    )
+    [plain] = await stream_of(StreamingDouble(), request_bytes())
     assert codec.FINAL_RESPONSE not in plain.infer_response.parameters
+
+
+async def test_a_decoupled_models_responses_each_carry_the_final_flag_as_triton_sets_it():
+    replies = await stream_of(StreamingDouble(decoupled=True), request_bytes(request_id="d"))
+    assert len(replies) == 2  # the final flag alone is not sent unless asked
+    flags = [r.infer_response.parameters[codec.FINAL_RESPONSE].bool_param for r in replies]
+    assert flags == [False, False]
+    assert [r.infer_response.id for r in replies] == ["d", "d"]
+    asked = await stream_of(StreamingDouble(decoupled=True), request_bytes(True, request_id="d"))
+    assert len(asked) == 3
+    last = asked[-1].infer_response
+    assert (last.id, last.model_name, last.model_version, list(last.outputs)) == (
+        "d",
+        "double",
+        "",
+        [],
+    )
+    assert last.parameters[codec.FINAL_RESPONSE].bool_param is True
+
+
+async def test_a_unary_call_to_a_decoupled_model_is_tritons_unimplemented_error():
+    async def decoupled(request: InferRequest) -> InferResponse:
+        raise DecoupledModelError("double")
+
+    with pytest.raises(InferenceServerError) as info:
+        await infer_serialized(decoupled, request_bytes())
+    assert info.value.code is StatusCode.UNSUPPORTED
+    assert info.value.message == (
+        "ModelInfer RPC doesn't support models with decoupled transaction policy"
+    )
 
 
 async def test_model_errors_propagate_with_their_code():
@@ -102,16 +156,17 @@ async def test_a_routed_call_arriving_while_others_are_in_flight_is_offloaded():
 async def test_a_routed_stream_answers_its_model_here_and_forwards_the_others():
     forwarded: list[str] = []
 
-    async def forward(route, message: bytes, stream: bool) -> bytes:
+    async def forward(route, message: bytes):
         forwarded.append(route.model_name)
-        assert stream and parse_infer_request(message).model_name == route.model_name
+        assert parse_infer_request(message).model_name == route.model_name
         raise InferenceServerError(f"unknown model: '{route.model_name}'", StatusCode.NOT_FOUND)
+        yield b""  # an async generator, as the frontend's forward_stream
 
     async def requests():
         for model in ("double", "other", "double"):
             yield parse_infer_request(request_bytes(model=model))
 
-    local = {"double": doubling_model}.get
+    local = {"double": StreamingDouble()}.get
     replies = [
         pb.ModelStreamInferResponse.FromString(reply.data)
         async for reply in RoutedCalls().stream(requests(), local, lambda: forward)

@@ -22,6 +22,7 @@ from repo_adapter.inference_types import InferRequest, InferResponse, InferTenso
 from repo_adapter.python_backend import set_bls_dispatcher
 from repo_adapter.python_backend.inference import from_infer_request
 from repo_adapter.repository import scan_model, scan_repository
+from repo_adapter.response_stream import ResponseStream
 
 MODELS = Path(__file__).parent / "python_models"
 
@@ -480,14 +481,68 @@ async def test_non_decoupled_model_may_answer_through_the_response_sender(load):
     assert [ok(r).output("OUTPUT0").data.tolist() for r in results] == [[10.0], [20.0]]
 
 
-def test_decoupled_models_fail_to_load_as_unsupported():
-    backend = PythonBackend(model_version("decoupled"), InstanceSpec.cpu("decoupled"))
+async def streamed(count: float, backend, executions: list | None = None) -> list:
+    """Run one request for ``count`` responses of the decoupled test model; what it sent."""
+    stream = ResponseStream()
+    sent = request("decoupled", fp32("INPUT0", [count]), id="d", responses=stream)
+    (result,) = await backend.execute([sent])
+    if executions is not None:
+        executions.append(result)
+    if isinstance(result, InferenceServerError):
+        return [result]
+    return [item async for item in stream]
 
-    with pytest.raises(InferenceServerError) as info:
-        backend.load()
 
-    assert info.value.code == StatusCode.UNSUPPORTED
-    assert "decoupled models are not supported yet" in info.value.message
+async def test_a_decoupled_model_sends_its_responses_after_execute_returned(load):
+    backend = load("decoupled")
+
+    items = await streamed(3, backend)
+
+    assert [item.final for item in items] == [False, False, False, True]
+    assert [ok(item.result).output("OUTPUT0").data.tolist() for item in items[:3]] == [
+        [0.0],
+        [1.0],
+        [2.0],
+    ]
+    assert items[-1].result is None  # the final flag came alone
+    zero = await streamed(0, backend)
+    assert [(item.result, item.final) for item in zero] == [(None, True)]
+
+
+async def test_a_decoupled_models_error_response_and_broken_returns(load):
+    backend = load("decoupled")
+
+    (error,) = await streamed(-1, backend)
+    assert error.final and isinstance(error.result, InferenceServerError)
+    assert (error.result.code, error.result.message) == (StatusCode.INVALID_ARG, "negative count")
+    (raised,) = await streamed(999, backend)
+    assert raised.code is StatusCode.INTERNAL and "ValueError: refused on purpose" in raised.message
+    (listed,) = await streamed(998, backend)
+    assert listed.message == (
+        "Failed to process the request(s) for model 'decoupled_0', message: Python model "
+        "'decoupled_0' is using the decoupled mode and the execute function must return None."
+    )
+
+
+async def test_a_reader_that_stops_tells_the_decoupled_model(load):
+    backend = load("decoupled")
+    stream = ResponseStream()
+    sent = request("decoupled", fp32("INPUT0", [1000000]), responses=stream)
+    await backend.execute([sent])
+    async for _ in stream:
+        break
+    stream.cancel()
+    deadline = asyncio.get_running_loop().time() + 10
+    while backend._model.cancelled == 0:
+        assert asyncio.get_running_loop().time() < deadline, "the model was never told"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_decoupled_request_without_a_reader_runs_and_sends_nowhere(load):
+    # Warmup runs requests no client reads: the responses are dropped.
+    backend = load("decoupled")
+    (result,) = await backend.execute([request("decoupled", fp32("INPUT0", [2]))])
+    assert ok(result).outputs == []
 
 
 async def test_model_can_import_sibling_modules(load):

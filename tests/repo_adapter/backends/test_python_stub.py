@@ -22,6 +22,7 @@ from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from repo_adapter.python_backend import collect_metrics, set_bls_dispatcher
 from repo_adapter.repository import scan_model
+from repo_adapter.response_stream import ResponseStream
 
 MODELS = Path(__file__).parent / "python_models"
 RESTART_S = 10.0  # the bound for a crashed model to serve again
@@ -371,6 +372,7 @@ import sys, time
 from repo_adapter.backends.base import InstanceSpec
 from repo_adapter.backends.python import PythonBackend
 from repo_adapter.repository import scan_model
+from repo_adapter.response_stream import ResponseStream
 
 model = scan_model(__import__("pathlib").Path(sys.argv[1])).model_version(1)
 backend = PythonBackend.for_instance(model, InstanceSpec("add_sub_0", own_process=True))
@@ -483,3 +485,47 @@ async def test_unload_while_the_crashed_stub_restarts(tmp_path):
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
     assert backend._stub is None
+
+
+async def read_all(stream: ResponseStream) -> list:
+    return [item async for item in stream]
+
+
+async def test_a_decoupled_models_responses_cross_from_its_process_as_sent(load):
+    backend = load("decoupled")
+    streams = [ResponseStream() for _ in range(3)]
+    counts = [5.0, 0.0, -1.0]
+    requests = [
+        InferRequest("decoupled", [fp32("INPUT0", [count])], responses=stream)
+        for count, stream in zip(counts, streams, strict=True)
+    ]
+
+    results = await backend.execute(requests)
+
+    assert [ok(result).outputs for result in results] == [[], [], []]
+    many, none, failed = [await read_all(stream) for stream in streams]
+    assert [ok(i.result).output("OUTPUT0").data.tolist() for i in many[:-1]] == [
+        [0.0],
+        [1.0],
+        [2.0],
+        [3.0],
+        [4.0],
+    ]
+    assert (many[-1].result, many[-1].final) == (None, True)
+    assert [(i.result, i.final) for i in none] == [(None, True)]
+    assert failed[0].final and failed[0].result.message == "negative count"
+
+
+async def test_a_decoupled_reader_that_stops_tells_the_model_in_its_process(load, caplog):
+    backend = load("decoupled")
+    stream = ResponseStream()
+    await backend.execute(
+        [InferRequest("decoupled", [fp32("INPUT0", [1000000])], responses=stream)]
+    )
+    async for _ in stream:
+        break
+    stream.cancel()
+    deadline = time.monotonic() + 10
+    while "the client stopped reading" not in caplog.text:
+        assert time.monotonic() < deadline, "the model was never told"
+        await asyncio.sleep(0.05)

@@ -1,0 +1,70 @@
+"""rayton against the real Triton for decoupled models: the python test model and the C test
+backend built decoupled, served by the reference tritonserver 2.51 and by rayton, the cases of
+:mod:`tests.conformance.decoupled_cases` over HTTP and gRPC (streams over gRPC)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.allowlist import ALLOWED, DECOUPLED_ALLOWED
+from tests.conformance.checks import (
+    Observations,
+    assert_entries_still_match,
+    check_case,
+    observe,
+    reference_serving,
+    wait_ready,
+)
+from tests.conformance.decoupled_cases import (
+    DECOUPLED_REGISTRY,
+    NATIVE_CONFIG,
+    NATIVE_MODEL,
+    PYTHON_MODEL,
+)
+from tests.conformance.driver import Server
+from tests.support.native_backends import build_scale_variants
+from tests.support.ports import free_port
+
+pytestmark = [pytest.mark.reference, pytest.mark.cluster]
+
+PYTHON_MODELS = Path(__file__).parents[1] / "repo_adapter" / "backends" / "python_models"
+HTTP_CASES = DECOUPLED_REGISTRY.for_protocol("http")
+GRPC_CASES = DECOUPLED_REGISTRY.for_protocol("grpc")
+ENTRIES = ALLOWED + DECOUPLED_ALLOWED
+
+
+@pytest.fixture(scope="module")
+def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observations]]:
+    variants = build_scale_variants(tmp_path_factory.mktemp("decoupled-build"))
+    repository = tmp_path_factory.mktemp("decoupled-conformance") / "repository"
+    shutil.copytree(PYTHON_MODELS / PYTHON_MODEL, repository / PYTHON_MODEL)
+    (repository / NATIVE_MODEL / "1").mkdir(parents=True)
+    (repository / NATIVE_MODEL / "config.pbtxt").write_text(NATIVE_CONFIG)
+    shutil.copy(variants["decoupled"], repository / NATIVE_MODEL / "libtriton_scale.so")
+    with reference_serving(repository) as reference:
+        grpc_port = free_port()
+        rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
+        try:
+            serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
+            wait_ready(serve_cluster.http_url, timeout_s=120)
+            yield observe((reference, rayton), DECOUPLED_REGISTRY)
+        finally:
+            serve_cluster.delete_all()
+
+
+@pytest.mark.parametrize("case", [c.name for c in HTTP_CASES])
+def test_http(case: str, observations: dict[str, Observations]) -> None:
+    check_case(case, observations["http"], ENTRIES, ())
+
+
+@pytest.mark.parametrize("case", [c.name for c in GRPC_CASES])
+def test_grpc(case: str, observations: dict[str, Observations]) -> None:
+    check_case(case, observations["grpc"], ENTRIES, ())
+
+
+def test_decoupled_allowlist_entries_still_match(observations: dict[str, Observations]) -> None:
+    assert_entries_still_match(DECOUPLED_REGISTRY, observations, ENTRIES, DECOUPLED_ALLOWED)
