@@ -10,9 +10,10 @@ Triton keeps serving its other models.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,59 +206,68 @@ class SingleModel:
         """
         if self.decoupled:
             raise DecoupledModelError(self.name)
-        owned = child_trace(request)
-        trace = request.trace
-        if trace is not None:
-            trace.stamp("REQUEST_START")
-        try:
-            runner = self._runner(request.model_version)
-            if trace is not None:
-                trace.model_version = runner.version
-            rows = self._validator.normalize(request)  # validates and applies input reshapes
+        with self._traced(request):
+            runner, rows = self._admit(request)
             return self._finish(request, runner, await runner.batcher.submit(request, rows))
-        finally:
-            if trace is not None:
-                trace.stamp("REQUEST_END")
-                if owned:
-                    TRACER.finish(trace)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
-        """Validate, queue, execute: the responses a decoupled model sends for ``request``,
-        each as :meth:`infer` answers (requested outputs, classified), until the final one.
+        """Validate, queue, execute: the responses the model sends for ``request``, each as
+        :meth:`infer` answers (requested outputs, classified), until the final one: a
+        decoupled model's as it sends them, another's one response.
 
-        A request whose execution fails ends with the error; a reader that stops early
-        cancels the request (the model's ``is_cancelled()``).
+        The request's own errors (its version, its inputs) raise; a failed execution is the
+        last response (Triton's response-level error). A reader that stops early cancels the
+        request (the model's ``is_cancelled()``).
         """
-        if not self.decoupled:
-            yield StreamedResponse(await self.infer(request), True)
-            return
-        owned = child_trace(request)
-        trace = request.trace
-        if trace is not None:
-            trace.stamp("REQUEST_START")
-        stream = ResponseStream()
-        execution: asyncio.Future[InferResponse] | None = None
-        try:
-            runner = self._runner(request.model_version)
-            if trace is not None:
-                trace.model_version = runner.version
-            rows = self._validator.normalize(request)
+        with self._traced(request):
+            runner, rows = self._admit(request)
+            if not self.decoupled:
+                try:
+                    response = await runner.batcher.submit(request, rows)
+                except InferenceServerError as err:
+                    yield StreamedResponse(err, True)
+                    return
+                yield StreamedResponse(self._finish(request, runner, response), True)
+                return
+            stream = ResponseStream()
             request.responses = stream
             execution = asyncio.ensure_future(runner.batcher.submit(request, rows))
             execution.add_done_callback(lambda done: _end_failed(stream, done))
-            async for item in stream:
-                if isinstance(item.result, InferResponse):
-                    item = StreamedResponse(self._finish(request, runner, item.result), item.final)
-                yield item
+            try:
+                async for item in stream:
+                    if isinstance(item.result, InferResponse):
+                        response = self._finish(request, runner, item.result)
+                        item = StreamedResponse(response, item.final)
+                    yield item
+            finally:
+                if not stream.closed:  # the reader stopped before the final response
+                    stream.cancel()
+                    if not execution.done():
+                        execution.cancel()
+
+    @contextlib.contextmanager
+    def _traced(self, request: InferRequest) -> Iterator[None]:
+        """``request``'s trace stamps around its time in the model (finished here when it is
+        a child trace this model made)."""
+        owned = child_trace(request)
+        trace = request.trace
+        if trace is not None:
+            trace.stamp("REQUEST_START")
+        try:
+            yield
         finally:
-            if not stream.closed:  # the reader stopped before the final response
-                stream.cancel()
-                if execution is not None and not execution.done():
-                    execution.cancel()
             if trace is not None:
                 trace.stamp("REQUEST_END")
                 if owned:
                     TRACER.finish(trace)
+
+    def _admit(self, request: InferRequest) -> tuple[VersionRunner, int]:
+        """The version that serves ``request`` and its batch rows, once it is validated (its
+        input reshapes applied)."""
+        runner = self._runner(request.model_version)
+        if request.trace is not None:
+            request.trace.model_version = runner.version
+        return runner, self._validator.normalize(request)
 
     def _finish(
         self, request: InferRequest, runner: VersionRunner, response: InferResponse

@@ -6,7 +6,7 @@ Serve's proxy path reaches the same routes through :mod:`deployments.http.starle
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 
@@ -35,13 +35,16 @@ class HttpRequest:
 
 @dataclass(slots=True)
 class HttpReply:
-    """A whole response: status, headers (any case), body, and trailers.
+    """A response: status, headers (any case), body, and trailers.
 
     ``trailers`` (None: none) go after a chunked body, as gRPC's status does when a call
-    travels as HTTP/1.1 (:mod:`deployments.grpc.over_http`).
+    travels as HTTP/1.1 (:mod:`deployments.grpc.over_http`). ``stream`` (None: none) is a
+    body sent as it comes, chunk by chunk after ``body`` (server-sent events); the server
+    closes it when the client goes away.
     """
 
     status: int
     body: bytes | bytearray | memoryview = b""
     headers: Mapping[str, str] = field(default_factory=dict)
     trailers: Mapping[str, str] | None = None
+    stream: AsyncIterator[bytes] | None = None

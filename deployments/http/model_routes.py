@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from deployments.core.served_model import ServedModel
+from deployments.core.served_model import ServedModel, StreamingModel
+from deployments.http.generate import generate_reply, generate_request, generate_stream_reply
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.request_decoding import decode_infer_request, parse_json_object
 from deployments.http.response_encoding import encode_infer_response
@@ -28,6 +29,7 @@ from deployments.observability.trace_settings import TraceSettingsDocument
 from deployments.observability.tracing import TRACER
 from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
 from repo_adapter.inference_types import JsonObject
+from repo_adapter.response_stream import StreamedResponse
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ TraceSettingFn = Callable[[str, "JsonObject | None"], Awaitable[TraceSettingsDoc
 _DECOUPLED_INFER = "HTTP end point doesn't support models with decoupled transaction policy"
 
 # What may follow /v2/models/<m>[/versions/<v>] ("": the model's metadata).
-MODEL_ACTIONS = frozenset(("", "infer", "ready", "config", "stats"))
+MODEL_ACTIONS = frozenset(("", "infer", "ready", "config", "stats", "generate", "generate_stream"))
 
 
 def has_empty_segment(path: str) -> bool:
@@ -108,6 +110,10 @@ class ModelHttpEndpoints:
                 if request.method != "POST":
                     return json_response(METHOD_NOT_ALLOWED, 405)
                 return await self._infer(request, version)
+            if action in ("generate", "generate_stream"):
+                if request.method != "POST":
+                    return json_response(METHOD_NOT_ALLOWED, 405)
+                return await self._generate(request, version, action == "generate_stream")
             if action == TRACE_SETTING:
                 return await self._trace(request)
             if request.method != "GET":
@@ -133,6 +139,26 @@ class ModelHttpEndpoints:
                 InferenceServerError(f"{type(err).__name__}: {err}", StatusCode.INTERNAL)
             )
         return json_response(NOT_FOUND, 404)
+
+    async def _generate(self, request: HttpRequest, version: str, stream: bool) -> HttpReply:
+        """Triton's generate extension (:mod:`deployments.http.generate`): the request's own
+        errors answer as ``/infer``'s do; the model's answer builds the reply."""
+        served = self.served
+        if not isinstance(served, StreamingModel):
+            raise InferenceServerError(
+                f"model '{served.name}' does not serve the generate extension",
+                StatusCode.UNSUPPORTED,
+            )
+        responses = served.infer_stream(generate_request(request.body, served.config, version))
+        try:
+            first = await anext(responses)  # the request's own errors raise here
+        except BaseException:
+            await responses.aclose()
+            raise
+        rest = _prepended(first, responses)
+        if stream:
+            return await generate_stream_reply(rest)
+        return await generate_reply(rest)
 
     async def _trace(self, request: HttpRequest) -> HttpReply:
         if request.method == "GET":
@@ -175,3 +201,17 @@ class ModelHttpEndpoints:
                 trace.stamp("HTTP_SEND_END")
                 TRACER.finish(trace)
         return HttpReply(200, payload, headers)
+
+
+async def _prepended(
+    first: StreamedResponse, rest: AsyncIterator[StreamedResponse]
+) -> AsyncIterator[StreamedResponse]:
+    """``first``, then ``rest`` (closed with this iterator)."""
+    try:
+        yield first
+        if first.final:
+            return
+        async for item in rest:
+            yield item
+    finally:
+        await rest.aclose()

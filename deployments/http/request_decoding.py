@@ -299,7 +299,7 @@ def _decode_input(
         buffer = _read_shared_memory(parameters)
         data = input_from_bytes(buffer, datatype, shape, name, model_name)
     else:
-        data = _array_from_json(entry["data"], datatype, dtype, shape, count, name)
+        data = array_from_json(entry["data"], datatype, dtype, shape, count, name)
 
     tensor_parameters = {k: v for k, v in parameters.items() if k not in _TRANSPORT_PARAMETERS}
     return InferTensor(name, datatype, data, tensor_parameters), offset
@@ -357,7 +357,7 @@ def _read_shared_memory(parameters: JsonObject) -> bytes | memoryview:
     )
 
 
-def _array_from_json(
+def array_from_json(
     data: Any,
     datatype: str,
     dtype: np.dtype,

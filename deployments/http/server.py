@@ -54,12 +54,13 @@ _FRAMING = ("content-length", "connection", "transfer-encoding")
 
 def render_head(reply: HttpReply, body_length: int, keep_alive: bool) -> bytes:
     """The status line and headers of ``reply``, its framing (``Content-Length``, or chunked
-    where it has trailers) and ``Connection`` set here (the handler's are replaced)."""
+    where it has trailers or a stream) and ``Connection`` set here (the handler's are
+    replaced)."""
     parts = [_status_line(reply.status)]
     for name, value in reply.headers.items():
         if name.lower() not in _FRAMING:
             parts.append(f"{name}: {value}\r\n".encode("latin-1"))
-    if reply.trailers is None:
+    if reply.trailers is None and reply.stream is None:
         parts.append(b"content-length: %d\r\n" % body_length)
     else:
         parts.append(b"transfer-encoding: chunked\r\n")
@@ -290,7 +291,11 @@ class _Connection(asyncio.Protocol):
                     await self.can_write.wait()
                 self.queue.popleft()
                 keep_alive = keep_alive and not (self.closing and not self.queue)
-                if not self._write(reply, keep_alive, method):
+                if reply.stream is not None:
+                    written = await self._write_stream(reply, keep_alive, method)
+                else:
+                    written = self._write(reply, keep_alive, method)
+                if not written:
                     return
                 if self.paused and len(self.queue) <= _MAX_QUEUED // 2 and not self.refused:
                     self.paused = False
@@ -329,6 +334,38 @@ class _Connection(asyncio.Protocol):
             transport.write(b"".join((head, body, tail)))
         else:
             transport.writelines((head, body, tail))
+        if not keep_alive:
+            self.closing = True
+            self.queue.clear()
+            transport.close()
+            return False
+        return True
+
+    async def _write_stream(self, reply: HttpReply, keep_alive: bool, method: str) -> bool:
+        """Send ``reply`` chunk by chunk as its stream yields (flow-controlled by the
+        transport); False once the connection is closed (or closing after it). A client
+        gone mid-stream closes the stream, which cancels what produces it."""
+        assert reply.stream is not None
+        stream, transport = reply.stream, self.transport
+        try:
+            if transport is None:
+                return False
+            transport.write(render_head(reply, 0, keep_alive))
+            body = b"" if method == "HEAD" else bytes(reply.body)
+            if body:
+                transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+            async for chunk in stream:
+                if self.transport is None or transport.is_closing():
+                    return False
+                if chunk and method != "HEAD":
+                    transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                if not self.can_write.is_set():
+                    await self.can_write.wait()
+            if self.transport is None:
+                return False
+            transport.write(b"0\r\n\r\n")
+        finally:
+            await stream.aclose()
         if not keep_alive:
             self.closing = True
             self.queue.clear()

@@ -5,9 +5,10 @@ place) into rayton's routes: a Starlette request becomes an :class:`HttpRequest`
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from deployments.http.body_limit import too_large
 from deployments.http.messages import HttpReply, HttpRequest
@@ -42,4 +43,17 @@ async def read_request(request: Request, max_body_size: int | None) -> HttpReque
 
 
 def starlette_response(reply: HttpReply) -> Response:
+    if reply.stream is not None:
+        return StreamingResponse(_chunks(reply), reply.status, headers=dict(reply.headers))
     return Response(reply.body, reply.status, headers=dict(reply.headers))
+
+
+async def _chunks(reply: HttpReply) -> AsyncIterator[bytes]:
+    assert reply.stream is not None
+    try:
+        if reply.body:
+            yield bytes(reply.body)
+        async for chunk in reply.stream:
+            yield chunk
+    finally:
+        await reply.stream.aclose()

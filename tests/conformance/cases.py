@@ -799,7 +799,7 @@ NOT_COMPARED: tuple[tuple[str, str], ...] = (
         "tritonserver 2.51 crashes on it; rayton answers 400 as current Triton documents",
     ),
     (
-        "sequence batching, the generate extension, shared memory",
+        "sequence batching, shared memory",
         "not implemented in rayton yet (and not advertised)",
     ),
     (

@@ -55,6 +55,9 @@ GROUP_TITLES = {
     "decoupled": "Decoupled models (a python model sending from its own thread after `execute` "
     "returned, and the C test backend built decoupled; `ModelStreamInfer` over "
     "`tritonclient.grpc`, `tests/conformance/test_decoupled_models.py`)",
+    "generate": "Generate extension (`/generate`, `/generate_stream` as server-sent events, on "
+    "the decoupled models above and a plain python model, "
+    "`tests/conformance/test_decoupled_models.py`)",
 }
 
 

@@ -1,16 +1,20 @@
-"""The requests both servers receive for decoupled models: the python test model
-``tests/repo_adapter/backends/python_models/decoupled`` (INPUT0 = n: n responses from a thread
-of its own, then the final flag alone) and the C test backend ``scale.c`` built decoupled (three
-responses per request from its response factory). Streams run in the gRPC pass only."""
+"""The requests both servers receive for decoupled models and the generate extension: the
+python test model ``tests/repo_adapter/backends/python_models/decoupled`` (INPUT0 = n: n
+responses from a thread of its own, then the final flag alone), the C test backend ``scale.c``
+built decoupled (three responses per request from its response factory) and
+:data:`ECHO_MODEL_PY`, a plain python model with text, optional and variable inputs. gRPC
+streams run in the gRPC pass, the generate endpoints (raw HTTP) in the HTTP pass."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 
 from tests.conformance.driver import CaseRegistry, Target, TensorSpec
-from tests.conformance.sessions import GrpcSession, StreamRequest
+from tests.conformance.normalise import normalise_message
+from tests.conformance.sessions import GrpcSession, StreamRequest, http_request
 from tests.support.native_backends import SCALE_CONFIG
 
 DECOUPLED_REGISTRY = CaseRegistry()
@@ -20,6 +24,52 @@ PYTHON_MODEL = "decoupled"
 NATIVE_MODEL = "scale_stream"
 NATIVE_CONFIG = SCALE_CONFIG + "model_transaction_policy { decoupled: true }\n"
 GRPC_ONLY = "streams are gRPC's"
+ECHO_MODEL = "echo_text"
+ECHO_CONFIG = """\
+name: "echo_text"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
+  { name: "flag" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
+  { name: "vec" data_type: TYPE_FP32 dims: [ -1 ] optional: true }
+]
+output [
+  { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "count" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "vec_out" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+"""
+# What the model saw, as its text output: the request's parameters, its text's shape and its
+# max_tokens; vec_out is vec, or [1.5, 2.5] without it.
+ECHO_MODEL_PY = """\
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
+            tokens = pb_utils.get_input_tensor_by_name(request, "max_tokens")
+            vec = pb_utils.get_input_tensor_by_name(request, "vec")
+            seen = {
+                "parameters": json.loads(request.parameters()),
+                "text_shape": list(text.shape),
+                "max_tokens": None if tokens is None else tokens.as_numpy().tolist(),
+            }
+            vec_out = vec.as_numpy() if vec is not None else np.array([1.5, 2.5], np.float32)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("text_output", np.array([json.dumps(seen).encode()], np.object_)),
+                pb_utils.Tensor("count", np.array([7], np.int32)),
+                pb_utils.Tensor("vec_out", vec_out),
+            ]))
+        return responses
+"""
 
 
 def count(value: float) -> list[TensorSpec]:
@@ -90,3 +140,120 @@ def _(t: Target) -> Any:
 @case("decoupled_stats", "decoupled", "statistics of the decoupled python model")
 def _(t: Target) -> Any:
     return t.client.statistics(PYTHON_MODEL)
+
+
+def generate(t: Target, model: str, body: Any, stream: bool = False, path: str = "") -> Any:
+    """A raw generate request (HTTP pass only): status, content type and the body (JSON, or
+    a stream's events, each parsed)."""
+    if isinstance(t.session, GrpcSession):
+        return "generate is HTTP's"
+    action = "generate_stream" if stream else "generate"
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    reply = http_request(t.server, "POST", path or f"/v2/models/{model}/{action}", data, headers)
+    observed: dict[str, Any] = {
+        "status": reply.status,
+        "content_type": reply.headers.get("content-type"),
+    }
+    text = reply.body.decode()
+    if not stream or observed["content_type"] == "application/json":
+        observed["body"] = _errors_normalised(json.loads(text)) if text else None
+        return observed
+    chunks = text.split("\n\n")
+    observed["ends_with_blank_line"] = text == "" or chunks[-1] == ""
+    observed["events"] = [
+        _errors_normalised(json.loads(chunk.removeprefix("data: ")))
+        if chunk.startswith("data: ")
+        else {"not an event": chunk}
+        for chunk in chunks
+        if chunk
+    ]
+    return observed
+
+
+def _errors_normalised(document: Any) -> Any:
+    if isinstance(document, dict) and isinstance(document.get("error"), str):
+        return dict(document, error=normalise_message(document["error"]))
+    return document
+
+
+@case("generate_text", "generate", "generate: a text input and an optional one, every output")
+def _(t: Target) -> Any:
+    return generate(t, ECHO_MODEL, {"text_input": "hi", "max_tokens": 3})
+
+
+@case("generate_parameters", "generate", "generate: parameters, and a key naming no input")
+def _(t: Target) -> Any:
+    parameters = {"temperature": 0.5, "k": 2, "name": "x", "greedy": True}
+    return generate(t, ECHO_MODEL, {"text_input": "hi", "parameters": parameters, "other": 1})
+
+
+@case("generate_variable_input", "generate", "generate: a bool and a variable-length input")
+def _(t: Target) -> Any:
+    return generate(t, ECHO_MODEL, {"text_input": "hi", "flag": True, "vec": [1, 2, 3]})
+
+
+@case("generate_versioned", "generate", "generate on /versions/1/, and on a version not served")
+def _(t: Target) -> Any:
+    paths = [f"/v2/models/{ECHO_MODEL}/versions/{v}/generate" for v in (1, 2)]
+    return [generate(t, ECHO_MODEL, {"text_input": "hi"}, path=path) for path in paths]
+
+
+@case("generate_shape_error", "generate", "generate: more values than the input's dims hold")
+def _(t: Target) -> Any:
+    return generate(t, ECHO_MODEL, {"text_input": ["a", "b"]})
+
+
+@case("generate_model_error", "generate", "generate: the model fails (a required input absent)")
+def _(t: Target) -> Any:
+    return generate(t, ECHO_MODEL, {"max_tokens": 1})
+
+
+@case("generate_missing_input", "generate", "generate_stream: a required input missing")
+def _(t: Target) -> Any:
+    return generate(t, NATIVE_MODEL, {"parameters": {"a": 1}}, stream=True)
+
+
+@case("generate_type_error", "generate", "generate: a string for an INT32 input")
+def _(t: Target) -> Any:
+    return generate(t, ECHO_MODEL, {"text_input": "hi", "max_tokens": "x"})
+
+
+@case("generate_bad_json", "generate", "generate: a body that is not JSON")
+def _(t: Target) -> Any:
+    return generate(t, ECHO_MODEL, b"{not json")
+
+
+@case("generate_decoupled_one", "generate", "generate on a decoupled model sending one response")
+def _(t: Target) -> Any:
+    return generate(t, PYTHON_MODEL, {"INPUT0": 1})
+
+
+@case("generate_decoupled_many", "generate", "generate on a decoupled model sending three")
+def _(t: Target) -> Any:
+    return generate(t, PYTHON_MODEL, {"INPUT0": 3})
+
+
+@case("generate_stream_decoupled", "generate", "generate_stream: three events")
+def _(t: Target) -> Any:
+    return generate(t, PYTHON_MODEL, {"INPUT0": 3}, stream=True)
+
+
+@case("generate_stream_zero", "generate", "generate_stream: no response, an empty stream")
+def _(t: Target) -> Any:
+    return generate(t, PYTHON_MODEL, {"INPUT0": 0}, stream=True)
+
+
+@case("generate_stream_error", "generate", "generate_stream: the model's error as the first")
+def _(t: Target) -> Any:
+    return generate(t, PYTHON_MODEL, {"INPUT0": -1}, stream=True)
+
+
+@case("generate_stream_plain", "generate", "generate_stream on a model that is not decoupled")
+def _(t: Target) -> Any:
+    return generate(t, ECHO_MODEL, {"text_input": "hi"}, stream=True)
+
+
+@case("generate_stream_batching", "generate", "generate_stream: a batching C backend's factory")
+def _(t: Target) -> Any:
+    return generate(t, NATIVE_MODEL, {"IN": 10}, stream=True)

@@ -1,6 +1,8 @@
-"""rayton against the real Triton for decoupled models: the python test model and the C test
-backend built decoupled, served by the reference tritonserver 2.51 and by rayton, the cases of
-:mod:`tests.conformance.decoupled_cases` over HTTP and gRPC (streams over gRPC)."""
+"""rayton against the real Triton for decoupled models and the generate extension: the python
+test model and the C test backend built decoupled and a plain python model, served by the
+reference tritonserver 2.51 and by rayton, the cases of
+:mod:`tests.conformance.decoupled_cases` over HTTP and gRPC (streams over gRPC, the generate
+endpoints over HTTP)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ from tests.conformance.checks import (
 )
 from tests.conformance.decoupled_cases import (
     DECOUPLED_REGISTRY,
+    ECHO_CONFIG,
+    ECHO_MODEL,
+    ECHO_MODEL_PY,
     NATIVE_CONFIG,
     NATIVE_MODEL,
     PYTHON_MODEL,
@@ -45,6 +50,9 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
     (repository / NATIVE_MODEL / "1").mkdir(parents=True)
     (repository / NATIVE_MODEL / "config.pbtxt").write_text(NATIVE_CONFIG)
     shutil.copy(variants["decoupled"], repository / NATIVE_MODEL / "libtriton_scale.so")
+    (repository / ECHO_MODEL / "1").mkdir(parents=True)
+    (repository / ECHO_MODEL / "config.pbtxt").write_text(ECHO_CONFIG)
+    (repository / ECHO_MODEL / "1" / "model.py").write_text(ECHO_MODEL_PY)
     with reference_serving(repository) as reference:
         grpc_port = free_port()
         rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")

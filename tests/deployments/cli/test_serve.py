@@ -204,6 +204,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
             assert client.infer("bytes_identity", inputs).as_numpy("OUT")[0, 0] == big[0, 0]
             check_a_stream_through_haproxy(client)
         check_model_infer_skipped_the_frontend(server, lines)
+        check_generate_stream_through_haproxy(url)
         check_replicas_answer_http_with_rayton_s_server(url)
         check_listeners_are_loopback(server, lines, (port, grpc_port))
         # Last: crashes. A python model that ends its stub process fails its request with
@@ -351,6 +352,20 @@ def check_a_stream_through_haproxy(client: grpcclient.InferenceServerClient) -> 
     assert [v.tolist() for v in values[:3]] == [[0.0], [1.0], [2.0]] and values[3] is None
     final = [r.get_response().parameters["triton_final_response"].bool_param for r, _ in streamed]
     assert final == [False, False, False, True]
+
+
+def check_generate_stream_through_haproxy(url: str) -> None:
+    """The generate extension's server-sent events, from rayton's HTTP server in the replica
+    through HAProxy, each as the decoupled model sent it."""
+    request = urllib.request.Request(
+        f"http://{url}/v2/models/decoupled/generate_stream",
+        data=json.dumps({"INPUT0": 3}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+        events = response.read().decode().split("\n\n")
+    assert [json.loads(e.removeprefix("data: "))["OUTPUT0"] for e in events[:-1]] == [0, 1, 2]
 
 
 def check_replicas_answer_http_with_rayton_s_server(url: str) -> None:

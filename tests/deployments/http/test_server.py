@@ -273,3 +273,54 @@ async def test_a_reply_with_trailers_goes_chunked_and_exempt_paths_have_no_body_
         status, _, _ = await read_response(reader)
         writer.close()
     assert status == 400  # the limit holds elsewhere
+
+
+async def test_a_streamed_reply_goes_out_chunk_by_chunk_and_the_connection_stays_usable():
+    release = asyncio.Event()
+
+    async def events():
+        yield b"data: 1\n\n"
+        await release.wait()  # the first chunk is out before the second exists
+        yield b"data: 2\n\n"
+
+    async def streaming(request: HttpRequest) -> HttpReply:
+        if request.path == "/plain":
+            return HttpReply(200, b"ok")
+        return HttpReply(200, b"", {"content-type": "text/event-stream"}, stream=events())
+
+    async with Running(streaming) as running:
+        reader, writer = await running.connect()
+        writer.write(b"POST /events HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        head = []
+        while (line := await reader.readline()) != b"\r\n":
+            head.append(line)
+        assert b"transfer-encoding: chunked\r\n" in head
+        first = b"9\r\ndata: 1\n\n\r\n"
+        assert await asyncio.wait_for(reader.readexactly(len(first)), 5) == first
+        release.set()
+        assert await reader.readuntil(b"0\r\n\r\n") == b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"
+        writer.write(b"GET /plain HTTP/1.1\r\n\r\n")
+        assert (await read_response(reader))[2] == b"ok"
+        writer.close()
+
+
+async def test_a_client_gone_mid_stream_closes_the_stream():
+    closed = asyncio.Event()
+
+    async def endless():
+        try:
+            while True:
+                yield b"data: x\n\n"
+                await asyncio.sleep(0.01)
+        finally:
+            closed.set()
+
+    async def streaming(request: HttpRequest) -> HttpReply:
+        return HttpReply(200, b"", {}, stream=endless())
+
+    async with Running(streaming) as running:
+        reader, writer = await running.connect()
+        writer.write(b"GET /events HTTP/1.1\r\n\r\n")
+        await reader.readuntil(b"data: x")
+        writer.close()
+        await asyncio.wait_for(closed.wait(), 5)
