@@ -2,22 +2,25 @@
 
 A python model's ``pb_utils.InferenceRequest(...).exec()`` / ``async_exec()`` becomes an
 ``infer`` on the target model's own deployment, so the target's batching and replicas apply,
-as Triton sends BLS requests through the target's scheduler. ``pb_utils.is_model_ready`` asks
-the target's replicas. A target loaded in the caller's own process (the shared host's models)
-is called there, through its own batcher, without a hop: as Triton does, and so that a host
-replica's BLS calls never wait on the host's own request slots. Installed by every model
-replica (:mod:`deployments.apps.model_deployment`, :mod:`deployments.apps.host_deployment`).
+as Triton sends BLS requests through the target's scheduler; ``exec(decoupled=True)`` an
+``infer_stream`` (a streaming handle call), a decoupled target's responses as it sends them.
+``pb_utils.is_model_ready`` asks the target's replicas. A target loaded in the caller's own
+process (the shared host's models) is called there, through its own batcher, without a hop:
+as Triton does, and so that a host replica's BLS calls never wait on the host's own request
+slots. Installed by every model replica (:mod:`deployments.apps.model_deployment`,
+:mod:`deployments.apps.host_deployment`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from deployments.apps.handles import ModelHandles
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.python_backend import runtime
+from repo_adapter.response_stream import StreamedResponse
 
 _READY_TIMEOUT_S = 10.0
 _MODEL_CONTROL = (
@@ -44,6 +47,17 @@ class ServeBls:
         if local is not None:
             return await local.infer(request)
         return await self._handles.infer(request.model_name, request)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        """``request``'s responses on its target model as they come (a decoupled target's
+        several): ``exec(decoupled=True)``."""
+        local = self._local_model(request.model_name)
+        if local is not None:
+            replies = local.infer_stream(request)
+        else:
+            replies = self._handles.infer_stream(request.model_name, request)
+        async for item in replies:
+            yield item
 
     async def is_model_ready(self, model_name: str, model_version: str) -> bool:
         local = self._local_model(model_name)
@@ -73,4 +87,5 @@ def install_bls(local_model: Callable[[str], Any | None] | None = None) -> None:
     """
     bls = ServeBls(local_model=local_model)
     runtime.set_bls_dispatcher(bls.infer)
+    runtime.set_bls_stream_dispatcher(bls.infer_stream)
     runtime.set_model_repository_hook(bls)

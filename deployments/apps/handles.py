@@ -27,6 +27,7 @@ from repo_adapter.config import ConfigDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.request_validation import model_not_found
+from repo_adapter.response_stream import StreamedResponse
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class _ReplicaMethods:
         self.infer = handle.infer
         self.infer_wire = handle.infer_wire
         self.infer_wire_stream = handle.options(stream=True).infer_wire_stream
+        self.infer_stream = handle.options(stream=True).infer_stream
         self.metadata = handle.metadata
         self.model_config = handle.model_config
         self.is_ready = handle.is_ready
@@ -87,6 +89,16 @@ class ModelHandles:
 
     async def infer(self, model: str, request: InferRequest) -> InferResponse:
         return await self._answer(model, self.replicas(model).infer.remote(model, request))
+
+    async def infer_stream(
+        self, model: str, request: InferRequest
+    ) -> AsyncIterator[StreamedResponse]:
+        replies = self.replicas(model).infer_stream.remote(model, request)
+        try:
+            async for reply in replies:
+                yield reply
+        except RayActorError as err:
+            raise _replica_gone(model, err) from None
 
     async def infer_wire(self, model: str, message: bytes) -> bytes:
         response = self.replicas(model).infer_wire.remote(model, message)

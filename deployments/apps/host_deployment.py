@@ -61,6 +61,7 @@ from deployments.observability.statistics import ModelStatistics, merge_entries
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.config import ConfigDocument
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.response_stream import StreamedResponse
 
 HOST_ROUTE_PREFIX = "/v2/models"
 __all__ = ["HOST_APP_NAME", "HOST_DEPLOYMENT_NAME", "TritonModelHost", "hosted_entry"]
@@ -206,6 +207,12 @@ class TritonModelHost(HttpIngress, ControlledReplica):
 
     async def infer(self, model: str, request: InferRequest) -> InferResponse:
         return await self.host.slot(model).infer(request)
+
+    async def infer_stream(
+        self, model: str, request: InferRequest
+    ) -> AsyncIterator[StreamedResponse]:
+        async for item in self.host.slot(model).infer_stream(request):
+            yield item
 
     async def infer_wire(self, model: str, message: bytes) -> bytes:
         return await infer_serialized(self.host.slot(model).infer, message)

@@ -53,6 +53,7 @@ from repo_adapter.config import ConfigDocument
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.repository import RepositoryModel
 from repo_adapter.request_validation import model_not_found
+from repo_adapter.response_stream import StreamedResponse
 
 
 class ServedModelDeployment(HttpIngress, ControlledReplica):
@@ -132,6 +133,12 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
 
     async def infer(self, model: str, request: InferRequest) -> InferResponse:
         return await self._slot(model).infer(request)
+
+    async def infer_stream(
+        self, model: str, request: InferRequest
+    ) -> AsyncIterator[StreamedResponse]:
+        async for item in self._slot(model).infer_stream(request):
+            yield item
 
     async def infer_wire(self, model: str, message: bytes) -> bytes:
         return await infer_serialized(self._slot(model).infer, message)

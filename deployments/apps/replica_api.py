@@ -25,6 +25,7 @@ from deployments.observability.status import ReplicaInfo
 from deployments.observability.trace_settings import TracePlan
 from repo_adapter.config import ConfigDocument
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.response_stream import StreamedResponse
 
 
 class ModelReplicaApi(Protocol):
@@ -34,6 +35,11 @@ class ModelReplicaApi(Protocol):
     """
 
     async def infer(self, model: str, request: InferRequest) -> InferResponse: ...
+
+    def infer_stream(self, model: str, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        """``request``'s responses as the model sends them (a decoupled model's several;
+        BLS ``exec(decoupled=True)``)."""
+        ...
 
     async def infer_wire(self, model: str, message: bytes) -> bytes:
         """A serialized ``ModelInferRequest`` -> its serialized response (gRPC frontend)."""

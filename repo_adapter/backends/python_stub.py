@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ from repo_adapter.python_backend.stub_channel import Arena, ChannelClosedError, 
 from repo_adapter.python_backend.stub_messages import (
     BatchDone,
     BlsCall,
+    BlsStreamed,
     CallReply,
     CancelBatch,
     CancelResponses,
@@ -64,7 +65,7 @@ from repo_adapter.python_backend.stub_messages import (
     for_stub,
     plain_error,
 )
-from repo_adapter.response_stream import ResponseSink
+from repo_adapter.response_stream import ResponseSink, StreamedResponse
 
 logger = logging.getLogger(__name__)
 
@@ -321,6 +322,11 @@ class PythonStubBackend(Backend):
 
     async def _answer_on_batch_channel(self, stub: _StubProcess, call: BlsCall) -> None:
         try:
+            if call.stream:  # each response as it comes, read by the model as it iterates
+                async for item in _bls_stream(call.request):
+                    with contextlib.suppress(ChannelClosedError):
+                        stub.batches_channel.send(BlsStreamed(call.call_id, item), use_arena=False)
+                return
             answer = CallReply(call.call_id, value=await _host_call(call))
         except Exception as err:  # the model sees the error
             answer = CallReply(call.call_id, error=plain_error(err, StatusCode.INTERNAL))
@@ -528,8 +534,20 @@ class PythonStubBackend(Backend):
         return self._last_metrics
 
 
+def _bls_stream(request: InferRequest) -> AsyncIterator[StreamedResponse]:
+    dispatcher = runtime.get_bls_stream_dispatcher()
+    if dispatcher is None:
+        raise InferenceServerError(
+            "BLS is not available: no inference dispatcher is installed in the model's host",
+            StatusCode.UNAVAILABLE,
+        )
+    return dispatcher(request)
+
+
 async def _host_call(call: HostCall) -> Any:
     """Run one of a stub's outside calls with this process's hooks."""
+    if isinstance(call, BlsCall) and call.stream:  # all the responses, in one reply
+        return [item async for item in _bls_stream(call.request)]
     if isinstance(call, BlsCall):
         dispatcher = runtime.get_bls_dispatcher()
         if dispatcher is None:

@@ -14,7 +14,7 @@ import concurrent.futures
 import enum
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from repo_adapter.errors import InferenceServerError, ModelResponseError, StatusCode
@@ -38,6 +38,7 @@ from repo_adapter.python_backend.triton_error import (
     TritonModelException,
     from_status_code,
 )
+from repo_adapter.response_stream import StreamedResponse
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -130,14 +131,14 @@ class InferenceResponse:
 
 
 class ResponseIterator:
-    """What ``exec(decoupled=True)`` returns: an iterator over the target's responses.
+    """What ``exec(decoupled=True)`` returns: the target's responses as they come, a
+    decoupled target's several (the final flag sent alone is an empty last response, as in
+    Triton), another target's one. ``async for`` works too (``async_exec`` gives its
+    responses once the final one came)."""
 
-    BLS does not stream a decoupled target's responses yet (such a target answers
-    UNSUPPORTED): there is always exactly one response.
-    """
-
-    def __init__(self, responses: Sequence[InferenceResponse]) -> None:
-        self._responses = iter(list(responses))
+    def __init__(self, responses: Iterable[InferenceResponse]) -> None:
+        self._source = responses
+        self._responses = iter(responses)
 
     def __iter__(self) -> Iterator[InferenceResponse]:
         return self
@@ -145,8 +146,20 @@ class ResponseIterator:
     def __next__(self) -> InferenceResponse:
         return next(self._responses)
 
+    def __aiter__(self) -> ResponseIterator:
+        return self
+
+    async def __anext__(self) -> InferenceResponse:
+        try:
+            return next(self._responses)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
     def cancel(self) -> None:
-        """Cancel the BLS request (a no-op: the response is already complete)."""
+        """Stop reading the responses (those not read yet are dropped)."""
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
 
 
 class ResponseDelivery(Protocol):
@@ -378,11 +391,14 @@ class InferenceRequest:
         event loop runs the request. In ``async def execute`` use :meth:`async_exec`.
 
         Args:
-            decoupled: Return a :class:`ResponseIterator` instead of the response.
+            decoupled: Return a :class:`ResponseIterator` over the target's responses,
+                read as they come (a decoupled target's several).
 
         Returns:
             The response; failures are a response with ``has_error()``.
         """
+        if decoupled:
+            return ResponseIterator(self._stream_blocking())
         response = _check_bls_allowed()
         blocking = runtime.get_thread_bls_dispatcher()
         if response is None and blocking is not None:
@@ -394,7 +410,7 @@ class InferenceRequest:
                 response = _error_response(
                     f"BLS is not available: {err}", TritonErrorCode.UNAVAILABLE
                 )
-        return ResponseIterator([response]) if decoupled else response
+        return response
 
     def async_exec(self, decoupled: bool = False) -> asyncio.Future:
         """Start this request on its target model; await the result (BLS, async execute).
@@ -407,8 +423,12 @@ class InferenceRequest:
         loop = asyncio.get_running_loop()
 
         async def run() -> InferenceResponse | ResponseIterator:
-            response = _check_bls_allowed() or await runtime.run_async(self._dispatch)
-            return ResponseIterator([response]) if decoupled else response
+            if decoupled:
+                refused = _check_bls_allowed()
+                if refused is not None:
+                    return ResponseIterator([refused])
+                return ResponseIterator(await runtime.run_async(self._collect_stream))
+            return _check_bls_allowed() or await runtime.run_async(self._dispatch)
 
         return loop.create_task(run())
 
@@ -429,6 +449,52 @@ class InferenceRequest:
             return _failed_dispatch(err)
         return from_infer_response(result)
 
+    def _stream_blocking(self) -> Iterator[InferenceResponse]:
+        """The responses of ``exec(decoupled=True)``, read as they come."""
+        refused = _check_bls_allowed()
+        if refused is not None:
+            yield refused
+            return
+        try:
+            request = to_infer_request(self)
+        except InferenceServerError as err:
+            yield _error_response(err.message, from_status_code(err.code))
+            return
+        blocking = runtime.get_thread_bls_stream_dispatcher()
+        try:
+            if blocking is not None:
+                items = blocking(request)
+            else:
+                dispatcher = runtime.get_bls_stream_dispatcher()
+                if dispatcher is None:
+                    yield _no_dispatcher()
+                    return
+                items = runtime.iterate_blocking(
+                    lambda: dispatcher(request), "InferenceRequest.exec()"
+                )
+            for item in items:
+                yield _streamed_response(item)
+        except runtime.LoopUnavailableError as err:
+            yield _error_response(f"BLS is not available: {err}", TritonErrorCode.UNAVAILABLE)
+        except Exception as err:
+            yield _failed_dispatch(err)
+
+    async def _collect_stream(self) -> list[InferenceResponse]:
+        dispatcher = runtime.get_bls_stream_dispatcher()
+        if dispatcher is None:
+            return [_no_dispatcher()]
+        try:
+            request = to_infer_request(self)
+        except InferenceServerError as err:
+            return [_error_response(err.message, from_status_code(err.code))]
+        responses = []
+        try:
+            async for item in dispatcher(request):
+                responses.append(_streamed_response(item))
+        except Exception as err:
+            responses.append(_failed_dispatch(err))
+        return responses
+
     def _dispatch_with(self, blocking: runtime.BlockingBlsDispatcher) -> InferenceResponse:
         try:
             return from_infer_response(blocking(to_infer_request(self)))
@@ -440,6 +506,24 @@ class InferenceRequest:
             f"InferenceRequest(model_name={self._model_name!r}, "
             f"inputs={[t.name() for t in self._inputs]}, request_id={self._request_id!r})"
         )
+
+
+def _no_dispatcher() -> InferenceResponse:
+    return _error_response(
+        "BLS is not available: no inference dispatcher is installed in this process",
+        TritonErrorCode.UNAVAILABLE,
+    )
+
+
+def _streamed_response(item: StreamedResponse) -> InferenceResponse:
+    """One of a target's responses as the model sees it (the final flag alone: an empty
+    response)."""
+    result = item.result
+    if result is None:
+        return InferenceResponse()
+    if isinstance(result, InferenceServerError):
+        return _error_response(result.message, from_status_code(result.code))
+    return from_infer_response(result)
 
 
 def _failed_dispatch(err: Exception) -> InferenceResponse:

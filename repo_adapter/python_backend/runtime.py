@@ -23,18 +23,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import queue
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.response_stream import StreamedResponse
 
 BlsDispatcher = Callable[[InferRequest], Awaitable[InferResponse]]
 # Runs a BLS request on the calling thread and returns its response (raising as a
 # BlsDispatcher does).
 BlockingBlsDispatcher = Callable[[InferRequest], InferResponse]
+# A BLS request's responses, a decoupled target's several (``exec(decoupled=True)``).
+BlsStreamDispatcher = Callable[[InferRequest], AsyncIterator[StreamedResponse]]
+BlockingBlsStreamDispatcher = Callable[[InferRequest], Iterator[StreamedResponse]]
 
 
 class ModelRepositoryHook(Protocol):
@@ -71,7 +76,12 @@ class LoopUnavailableError(RuntimeError):
 _current_call: contextvars.ContextVar[ModelCall | None] = contextvars.ContextVar(
     "rayton_python_model_call", default=None
 )
-_state: dict[str, Any] = {"dispatcher": None, "repository_hook": None, "loop": None}
+_state: dict[str, Any] = {
+    "dispatcher": None,
+    "stream_dispatcher": None,
+    "repository_hook": None,
+    "loop": None,
+}
 _thread_state = threading.local()
 
 
@@ -83,6 +93,25 @@ def set_bls_dispatcher(dispatcher: BlsDispatcher | None) -> None:
 def get_bls_dispatcher() -> BlsDispatcher | None:
     """The installed BLS dispatcher, or None."""
     return _state["dispatcher"]
+
+
+def set_bls_stream_dispatcher(dispatcher: BlsStreamDispatcher | None) -> None:
+    """Install (or with None remove) what runs BLS requests whose responses are iterated."""
+    _state["stream_dispatcher"] = dispatcher
+
+
+def get_bls_stream_dispatcher() -> BlsStreamDispatcher | None:
+    return _state["stream_dispatcher"]
+
+
+def set_thread_bls_stream_dispatcher(dispatcher: BlockingBlsStreamDispatcher | None) -> None:
+    """The calling thread's blocking counterpart of the stream dispatcher (a stub's instance
+    thread reads its host's replies itself)."""
+    _thread_state.stream_dispatcher = dispatcher
+
+
+def get_thread_bls_stream_dispatcher() -> BlockingBlsStreamDispatcher | None:
+    return getattr(_thread_state, "stream_dispatcher", None)
 
 
 def set_thread_bls_dispatcher(dispatcher: BlockingBlsDispatcher | None) -> None:
@@ -168,6 +197,46 @@ def run_blocking(make_coroutine: Callable[[], Coroutine[Any, Any, Any]], what: s
             "use the awaitable variant (await request.async_exec())"
         )
     return asyncio.run_coroutine_threadsafe(make_coroutine(), loop).result()
+
+
+_END = object()
+
+
+def iterate_blocking(make_iterator: Callable[[], AsyncIterator[Any]], what: str) -> Iterator[Any]:
+    """Iterate an async iterator made on the backend's loop from synchronous code: each item
+    as the loop produces it.
+
+    Raises:
+        LoopUnavailableError: as :func:`run_blocking`, before anything runs.
+    """
+    loop = _target_loop()
+    if loop is None or loop.is_closed() or not loop.is_running():
+        raise LoopUnavailableError(f"{what} needs a running server event loop and none is bound")
+    if _running_loop() is loop:
+        raise LoopUnavailableError(
+            f"{what} would block the event loop that has to serve it; in 'async def execute' "
+            "use the awaitable variant (await request.async_exec())"
+        )
+    items: queue.Queue[Any] = queue.Queue()
+
+    async def pump() -> None:
+        try:
+            async for item in make_iterator():
+                items.put(item)
+        except BaseException as err:  # handed to the reading thread
+            items.put(err)
+        finally:
+            items.put(_END)
+
+    asyncio.run_coroutine_threadsafe(pump(), loop)
+
+    def read() -> Iterator[Any]:
+        while (item := items.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    return read()
 
 
 async def run_async(make_coroutine: Callable[[], Coroutine[Any, Any, Any]]) -> Any:

@@ -26,6 +26,7 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from repo_adapter.python_backend.stub_channel import Arena, ChannelClosedError, 
 from repo_adapter.python_backend.stub_messages import (
     BatchDone,
     BlsCall,
+    BlsStreamed,
     CallReply,
     CancelBatch,
     CancelResponses,
@@ -61,6 +63,7 @@ from repo_adapter.python_backend.stub_messages import (
     UnloadModelCall,
     plain_error,
 )
+from repo_adapter.response_stream import StreamedResponse
 
 
 class _ForwardingHandler(logging.Handler):
@@ -194,6 +197,7 @@ class Stub:
         backend = self._backend
         assert backend is not None
         runtime.set_thread_bls_dispatcher(self._bls_on_batch_channel)
+        runtime.set_thread_bls_stream_dispatcher(self._bls_stream_on_batch_channel)
         while not self._stopping:
             try:
                 message = self._batches.receive()
@@ -201,6 +205,8 @@ class Stub:
                 os._exit(0)
             if isinstance(message, StopInstance):
                 break
+            if isinstance(message, (BlsStreamed, CallReply)):
+                continue  # the rest of a streamed BLS call the model stopped reading
             assert isinstance(message, RunBatch)
             _follow_log_level(message.log_level)
             self._running_id = message.batch_id
@@ -216,6 +222,7 @@ class Stub:
                 os._exit(0)
         # finalize() needs the instance's thread, which is ours until we return.
         runtime.set_thread_bls_dispatcher(None)
+        runtime.set_thread_bls_stream_dispatcher(None)
         self._loop.call_soon_threadsafe(self._loop.create_task, self._stop())
 
     def _attach_sinks(self, batch_id: int, requests: list[InferRequest]) -> None:
@@ -262,6 +269,32 @@ class Stub:
             raise message.error
         assert isinstance(message.value, InferResponse)
         return message.value
+
+    def _bls_stream_on_batch_channel(self, request: InferRequest) -> Iterator[StreamedResponse]:
+        """A streamed BLS request from the running batch: the host sends each response on
+        the batch channel as the target sends it, read here as the model iterates.
+
+        Raises:
+            InferenceServerError: the host's error for the request.
+        """
+        self._next_batch_call -= 1
+        call_id = self._next_batch_call
+        try:
+            self._batches.send(BlsCall(call_id, request, stream=True), use_arena=False)
+            while True:
+                message = self._batches.receive()
+                if isinstance(message, StopInstance):
+                    self._stopping = True  # after this batch
+                elif isinstance(message, BlsStreamed) and message.call_id == call_id:
+                    yield message.item
+                    if message.item.final:
+                        return
+                elif isinstance(message, CallReply) and message.call_id == call_id:
+                    if message.error is not None:
+                        raise message.error
+                    return
+        except ChannelClosedError:
+            os._exit(0)
 
     def _run(
         self, backend: PythonBackend, requests: list[InferRequest]
@@ -348,8 +381,14 @@ async def _serve(batches: StubChannel, control: StubChannel) -> None:
     async def bls(request: InferRequest) -> InferResponse:
         return await stub.call_host(lambda i: BlsCall(i, request))
 
+    async def bls_stream(request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        # The host answers a streamed call on the control channel with every response.
+        for item in await stub.call_host(lambda i: BlsCall(i, request, stream=True)):
+            yield item
+
     runtime.bind_event_loop(loop)
     runtime.set_bls_dispatcher(bls)
+    runtime.set_bls_stream_dispatcher(bls_stream)
     runtime.set_model_repository_hook(_HostRepository(stub))
     threading.Thread(target=stub.read_control, name="stub-control", daemon=True).start()
     await stub.stopped

@@ -18,6 +18,7 @@ from repo_adapter.backends.base import Execution, InstanceSpec
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.python_backend.metrics import CustomFamily
+from repo_adapter.response_stream import StreamedResponse
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,20 @@ class InstanceStopped:
 
 @dataclass(frozen=True)
 class BlsCall:
-    """A BLS request the model made (``exec()`` / ``async_exec()``)."""
+    """A BLS request the model made (``exec()`` / ``async_exec()``); ``stream``: its
+    responses are iterated (``decoupled=True``)."""
 
     call_id: int
     request: InferRequest
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class BlsStreamed:
+    """One response of a streamed BLS call made on the batch channel, as it came."""
+
+    call_id: int
+    item: StreamedResponse
 
 
 @dataclass(frozen=True)
@@ -151,7 +162,7 @@ class CallReply:
     """The host's answer to one of the stub's calls: a value or the error it raised."""
 
     call_id: int
-    value: InferResponse | bool | None = None
+    value: InferResponse | list[StreamedResponse] | bool | None = None
     error: InferenceServerError | None = None
 
 

@@ -30,7 +30,8 @@ WAIT_S = 30.0
 def server(serve_cluster, tmp_path_factory):
     libraries = build_scale_variants(tmp_path_factory.mktemp("decoupled-libraries"))
     root = tmp_path_factory.mktemp("decoupled") / "repository"
-    shutil.copytree(PYTHON_MODEL / "decoupled", root / "decoupled")
+    for name in ("decoupled", "bls_decoupled"):
+        shutil.copytree(PYTHON_MODEL / name, root / name)
     (root / "scale_stream" / "1").mkdir(parents=True)
     (root / "scale_stream" / "config.pbtxt").write_text(DECOUPLED_SCALE)
     shutil.copy(libraries["decoupled"], root / "scale_stream" / "libtriton_scale.so")
@@ -154,3 +155,11 @@ def test_single_response_calls_to_a_decoupled_model_answer_tritons_errors(server
         grpc.infer("decoupled", [count_input(grpcclient, 1)])
     assert grpc_error.value.status() == "StatusCode.UNIMPLEMENTED"
     assert "ModelInfer RPC doesn't support models with decoupled" in grpc_error.value.message()
+
+
+def test_bls_reads_a_decoupled_models_responses(server):
+    http_url, _ = server
+    with httpclient.InferenceServerClient(http_url) as client:
+        result = client.infer("bls_decoupled", [count_input(httpclient, 4, "COUNT")])
+    assert result.as_numpy("VALUES").tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert result.as_numpy("RESPONSES").tolist() == [5]  # the final flag alone: an empty one

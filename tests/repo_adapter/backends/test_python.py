@@ -803,3 +803,22 @@ async def test_a_batch_for_an_unloaded_instance_is_reported_unavailable(load, tm
     ((reported, outcome, _),) = chain.finished_with
     assert reported == requests
     assert isinstance(outcome, InferenceServerError) and outcome.code is StatusCode.UNAVAILABLE
+
+
+async def test_bls_to_a_decoupled_model_iterates_its_responses_in_process(load):
+    from deployments.core.single_model import SingleModel
+    from repo_adapter.python_backend.runtime import set_bls_stream_dispatcher
+
+    scanned = scan_model(MODELS / "decoupled")
+    target = SingleModel(
+        scanned.config, MODELS / "decoupled", scanned.versions, {}, InstanceSpec.cpu("decoupled")
+    )
+    set_bls_stream_dispatcher(target.infer_stream)
+    try:
+        backend = load("bls_decoupled")
+        (three,) = await backend.execute([request("bls_decoupled", fp32("COUNT", [3.0]))])
+    finally:
+        set_bls_stream_dispatcher(None)
+        await target.close()
+    assert ok(three).output("VALUES").data.tolist() == [0.0, 1.0, 2.0]
+    assert ok(three).output("RESPONSES").data.tolist() == [4]

@@ -21,6 +21,7 @@ from repo_adapter.backends.python_stub import PythonStubBackend
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from repo_adapter.python_backend import collect_metrics, set_bls_dispatcher
+from repo_adapter.python_backend.runtime import set_bls_stream_dispatcher
 from repo_adapter.repository import scan_model
 from repo_adapter.response_stream import ResponseStream
 
@@ -529,3 +530,26 @@ async def test_a_decoupled_reader_that_stops_tells_the_model_in_its_process(load
     while "the client stopped reading" not in caplog.text:
         assert time.monotonic() < deadline, "the model was never told"
         await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("caller", ["bls_decoupled", "bls_decoupled_async"])
+async def test_bls_to_a_decoupled_model_iterates_its_responses_from_the_stub(load, caller):
+    from deployments.core.single_model import SingleModel
+
+    scanned = scan_model(MODELS / "decoupled")
+    target = SingleModel(
+        scanned.config, MODELS / "decoupled", scanned.versions, {}, InstanceSpec.cpu("decoupled")
+    )
+    set_bls_stream_dispatcher(target.infer_stream)
+    try:
+        backend = load(caller)
+        three, zero, failed = await backend.execute(
+            [InferRequest(caller, [fp32("COUNT", [n])]) for n in (3.0, 0.0, -1.0)]
+        )
+    finally:
+        set_bls_stream_dispatcher(None)
+        await target.close()
+    assert ok(three).output("VALUES").data.tolist() == [0.0, 1.0, 2.0]
+    assert ok(three).output("RESPONSES").data.tolist() == [4]  # the empty final one too
+    assert ok(zero).output("RESPONSES").data.tolist() == [1]
+    assert isinstance(failed, InferenceServerError) and failed.message == "negative count"
