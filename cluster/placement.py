@@ -213,6 +213,19 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
             )
         )
     scaling = autoscaling_config(config)
+    if config.HasField("sequence_batching"):
+        # A sequence's state lives in the replica that ran its requests: until requests are
+        # routed by correlation id, a sequence model has one replica (Triton's instances of it
+        # share one sequence batcher, as they do here).
+        replicas = sum(group.num_replicas for group in placed)
+        if replicas > 1 or scaling is not None:
+            notes.append(
+                f"a sequence model runs one replica (not {replicas}) until rayton routes a "
+                "sequence's requests to the replica that holds it"
+            )
+        placed = placed[:1]
+        placed[0].num_replicas = 1
+        scaling = None
     runtime_env = ray_runtime_env(config)
     for group in placed:
         group.autoscaling_config = scaling
@@ -220,7 +233,14 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
             group.ray_actor_options["runtime_env"] = copy.deepcopy(runtime_env)
     # A C/C++ backend's native code in the shared host could take every hosted model down.
     native = bool(config.backend) and not is_registered(config.backend)
-    isolated = native or runtime_env is not None or EXECUTION_ENV_PARAMETER in config.parameters
+    # A sequence model too: the shared host may run several replicas (--host-replicas).
+    sequences = config.HasField("sequence_batching")
+    isolated = (
+        native
+        or sequences
+        or runtime_env is not None
+        or EXECUTION_ENV_PARAMETER in config.parameters
+    )
     if len(placed) == 1:  # one deployment: named after the model, as YAML overrides expect
         placed[0].name = name
     else:

@@ -39,6 +39,7 @@ except metadata.PackageNotFoundError:  # a source tree that was never installed
 # Extensions this server really implements (perf_analyzer reads "statistics").
 EXTENSIONS = [
     "classification",
+    "sequence",
     "model_repository",  # "model_repository(unload_dependents)" follows where unload works
     "schedule_policy",
     "model_configuration",

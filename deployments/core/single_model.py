@@ -20,6 +20,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.core.batching import AdmissionFactory, BatchPolicy, DynamicBatcher
+from deployments.core.batching.sequences import SequenceBatcher
 from deployments.core.served_model import ModelMetadata, model_metadata, select_outputs
 from deployments.observability.statistics import ModelStatistics, VersionMetrics, VersionStatistics
 from deployments.observability.tracing import TRACER, child_trace
@@ -44,6 +45,13 @@ class VersionRunner:
     batcher: DynamicBatcher
     statistics: VersionStatistics
     load_duration_s: float = 0.0  # every instance loaded and warmed up
+    sequences: SequenceBatcher | None = None  # a model with sequence_batching
+
+    async def submit(self, request: InferRequest, rows: int) -> InferResponse:
+        """Queue ``request`` (in its sequence's turn, for a sequence model); its response."""
+        if self.sequences is not None:
+            return await self.sequences.submit(request, rows)
+        return await self.batcher.submit(request, rows)
 
 
 class SingleModel:
@@ -116,9 +124,12 @@ class SingleModel:
             statistics,
             self._admission,
         )
-        self.runners[model.version] = VersionRunner(
+        runner = VersionRunner(
             model.version, backends, batcher, statistics, time.monotonic() - started
         )
+        if model.config.HasField("sequence_batching"):
+            runner.sequences = SequenceBatcher(self.name, model.config, batcher.submit)
+        self.runners[model.version] = runner
 
     # ------------------------------------------------------------------ lookups
 
@@ -208,7 +219,7 @@ class SingleModel:
             raise DecoupledModelError(self.name)
         with self._traced(request):
             runner, rows = self._admit(request)
-            return self._finish(request, runner, await runner.batcher.submit(request, rows))
+            return self._finish(request, runner, await runner.submit(request, rows))
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
         """Validate, queue, execute: the responses the model sends for ``request``, each as
@@ -223,7 +234,7 @@ class SingleModel:
             runner, rows = self._admit(request)
             if not self.decoupled:
                 try:
-                    response = await runner.batcher.submit(request, rows)
+                    response = await runner.submit(request, rows)
                 except InferenceServerError as err:
                     yield StreamedResponse(err, True)
                     return
@@ -231,7 +242,7 @@ class SingleModel:
                 return
             stream = ResponseStream()
             request.responses = stream
-            execution = asyncio.ensure_future(runner.batcher.submit(request, rows))
+            execution = asyncio.ensure_future(runner.submit(request, rows))
             execution.add_done_callback(lambda done: _end_failed(stream, done))
             try:
                 async for item in stream:

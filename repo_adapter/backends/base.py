@@ -190,7 +190,10 @@ class TensorBackend(Backend):
             max_workers=1, thread_name_prefix=f"{instance.name}-exec"
         )
         self._mean_execution_s: float | None = None  # unknown until the first execution
-        self._input_configs = {tensor.name: tensor for tensor in self.config.input}
+        # The config's inputs, then a sequence model's control inputs (the scheduler adds them)
+        self._input_names = [tensor.name for tensor in self.config.input] + [
+            control.name for control in self.config.sequence_batching.control_input
+        ]
         self._output_configs = {tensor.name: tensor for tensor in self.config.output}
 
     @abc.abstractmethod
@@ -253,7 +256,7 @@ class TensorBackend(Backend):
 
     def _gather_inputs(self, requests: list[InferRequest], batching: bool) -> dict[str, np.ndarray]:
         gathered: dict[str, np.ndarray] = {}
-        for name in self._input_configs:
+        for name in self._input_names:
             parts = [r.input(name) for r in requests]
             present = [p for p in parts if p is not None]
             if not present:

@@ -205,3 +205,25 @@ def test_a_runtime_env_ray_refuses_is_a_clear_error():
     bad = 'parameters { key: "RAY_RUNTIME_ENV" value: { string_value: \'{"pip": 5}\' } }'
     with pytest.raises(ValueError, match="parameter 'RAY_RUNTIME_ENV'"):
         placement_for(config(bad))
+
+
+def test_a_sequence_model_runs_one_replica_and_says_why():
+    placement = placement_for(
+        config(
+            "max_batch_size: 4 sequence_batching { } "
+            "instance_group [ { kind: KIND_CPU count: 3 } ] "
+            'parameters { key: "AUTOSCALING_CONFIG" value: { string_value: '
+            '"{\\"min_replicas\\": 1, \\"max_replicas\\": 4}" } }'
+        )
+    )
+    group = placement.only
+    assert group.num_replicas == 1 and group.autoscaling_config is None
+    assert placement.isolated  # never in the shared host, which may run several replicas
+    assert placement.notes == [
+        "a sequence model runs one replica (not 3) until rayton routes a sequence's requests "
+        "to the replica that holds it"
+    ]
+    single = placement_for(
+        config("max_batch_size: 4 sequence_batching { } instance_group [ { kind: KIND_CPU } ]")
+    )
+    assert single.only.num_replicas == 1 and single.notes == []

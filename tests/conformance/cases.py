@@ -799,7 +799,7 @@ NOT_COMPARED: tuple[tuple[str, str], ...] = (
         "tritonserver 2.51 crashes on it; rayton answers 400 as current Triton documents",
     ),
     (
-        "sequence batching, shared memory",
+        "shared memory",
         "not implemented in rayton yet (and not advertised)",
     ),
     (

@@ -24,12 +24,14 @@ from tests.conformance.allowlist import (
     KNOWN_GAPS,
     NATIVE_ALLOWED,
     NATIVE_KNOWN_GAPS,
+    SEQUENCE_ALLOWED,
     Difference,
 )
 from tests.conformance.cases import CASES, MODELS, NOT_COMPARED
 from tests.conformance.decoupled_cases import DECOUPLED_REGISTRY
 from tests.conformance.explicit_cases import EXPLICIT_REGISTRY
 from tests.conformance.native_cases import NATIVE_REGISTRY
+from tests.conformance.sequence_cases import SEQUENCE_REGISTRY
 
 REPOSITORY = Path(__file__).parent / "model_repository"
 
@@ -55,6 +57,9 @@ GROUP_TITLES = {
     "decoupled": "Decoupled models (a python model sending from its own thread after `execute` "
     "returned, and the C test backend built decoupled; `ModelStreamInfer` over "
     "`tritonclient.grpc`, `tests/conformance/test_decoupled_models.py`)",
+    "sequence": "Sequence batcher (a stateful python model with START, END, READY and CORRID "
+    "control inputs, `oldest` and `direct` strategies, `tests/conformance/"
+    "test_sequence_models.py`)",
     "generate": "Generate extension (`/generate`, `/generate_stream` as server-sent events, on "
     "the decoupled models above and a plain python model, "
     "`tests/conformance/test_decoupled_models.py`)",
@@ -88,6 +93,7 @@ def case_lines() -> list[str]:
             *EXPLICIT_REGISTRY.cases,
             *NATIVE_REGISTRY.cases,
             *DECOUPLED_REGISTRY.cases,
+            *SEQUENCE_REGISTRY.cases,
         )
         cases = [case for case in every if case.group == group]
         counts = Counter(_generic(case.description) for case in cases)
@@ -154,7 +160,9 @@ def render() -> str:
         "",
         "### Different by design",
         "",
-        *difference_lines(ALLOWED + EXPLICIT_ALLOWED + NATIVE_ALLOWED + DECOUPLED_ALLOWED),
+        *difference_lines(
+            ALLOWED + EXPLICIT_ALLOWED + NATIVE_ALLOWED + DECOUPLED_ALLOWED + SEQUENCE_ALLOWED
+        ),
         "",
     ]
     if KNOWN_GAPS or NATIVE_KNOWN_GAPS:

@@ -190,8 +190,10 @@ class ClientSession:
         version: str = "",
         request_id: str = "",
         parameters: dict[str, Any] | None = None,
+        sequence: dict[str, Any] | None = None,
     ) -> Any:
-        """One inference; the result's header plus each output as the client decodes it."""
+        """One inference; the result's header plus each output as the client decodes it.
+        ``sequence``: the client's ``sequence_id`` / ``sequence_start`` / ``sequence_end``."""
 
         def run() -> Any:
             result = self.client.infer(
@@ -201,6 +203,7 @@ class ClientSession:
                 outputs=None if outputs is None else [self.make_output(o) for o in outputs],
                 request_id=request_id,
                 parameters=parameters,
+                **(sequence or {}),
             )
             return normalise_result(result.get_response(**self.json_kwargs), result.as_numpy)
 

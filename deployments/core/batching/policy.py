@@ -66,6 +66,18 @@ class BatchPolicy:
             for tensor in config.input
             if (-1 in tensor.dims and not tensor.allow_ragged_batch) or tensor.is_shape_tensor
         )
+        if config.HasField("sequence_batching"):
+            # The sequences' next requests batch together (sequences.py keeps one request
+            # of a sequence per batch), with the strategy's delay and preferred sizes.
+            sequence = config.sequence_batching
+            strategy = sequence.oldest if sequence.HasField("oldest") else sequence.direct
+            return cls(
+                max_rows=config.max_batch_size,
+                dynamic=True,
+                max_queue_delay_us=strategy.max_queue_delay_microseconds,
+                preferred_rows=tuple(sorted(set(sequence.oldest.preferred_batch_size))),
+                shape_sensitive_inputs=sensitive,
+            )
         if not config.HasField("dynamic_batching"):
             return cls(max_rows=config.max_batch_size, shape_sensitive_inputs=sensitive)
         batching = config.dynamic_batching

@@ -201,3 +201,93 @@ async def test_a_decoupled_reader_that_stops_cancels_its_request():
         assert backend._model.cancelled == 1
     finally:
         await model.close()
+
+
+def step(sequence, value: int, start: bool = False, end: bool = False) -> InferRequest:
+    parameters = {"sequence_start": start, "sequence_end": end}
+    if sequence is not None:
+        parameters["sequence_id"] = sequence
+    return InferRequest(
+        "sequence_sum",
+        [InferTensor("IN", "INT32", np.array([[value]], np.int32))],
+        parameters=parameters,
+    )
+
+
+def summed(response) -> tuple[int, dict]:
+    import json
+
+    seen = json.loads(response.output("SEEN").data[0, 0])
+    return int(response.output("SUM").data[0, 0]), seen
+
+
+async def test_a_sequence_model_gets_its_control_inputs_and_keeps_each_sequences_state():
+    model = load(REPOSITORY / "sequence_sum")
+    try:
+        first = summed(await model.infer(step(7, 5, start=True)))
+        middle = summed(await model.infer(step(7, 3)))
+        last = summed(await model.infer(step(7, 2, end=True)))
+    finally:
+        await model.close()
+    assert [first[0], middle[0], last[0]] == [5, 8, 10]
+    assert first[1]["START"] == ["<i4", [1, 1], [[1]]]
+    assert first[1]["END"] == ["<f4", [1, 1], [[0.0]]]
+    assert first[1]["READY"] == ["|b1", [1, 1], [[True]]]
+    assert first[1]["CORRID"] == ["<u8", [1, 1], [[7]]]
+    assert (first[1]["flags"], middle[1]["flags"], last[1]["flags"]) == (1, 0, 2)
+    assert last[1]["START"][2] == [[0]] and last[1]["END"][2] == [[1.0]]
+
+
+async def test_sequences_run_in_order_and_batch_together():
+    model = load(REPOSITORY / "sequence_sum")
+
+    async def sequence(index: int) -> list:
+        return [
+            summed(await model.infer(step(100 + index, 1, start=k == 0, end=k == 4)))
+            for k in range(5)
+        ]
+
+    try:
+        results = await asyncio.gather(*(sequence(i) for i in range(4)))
+        # A sequence's requests sent at once still run one after another, in order.
+        burst = await asyncio.gather(
+            model.infer(step(9, 1, start=True)), *(model.infer(step(9, k)) for k in range(2, 6))
+        )
+    finally:
+        await model.close()
+    assert [[total for total, _ in runs] for runs in results] == [[1, 2, 3, 4, 5]] * 4
+    assert max(seen["batch"] for runs in results for _, seen in runs) > 1
+    assert [summed(r)[0] for r in burst] == [1, 3, 6, 10, 15]
+
+
+async def test_requests_outside_a_started_sequence_get_tritons_errors():
+    model = load(REPOSITORY / "sequence_sum")
+    try:
+        with pytest.raises(InferenceServerError) as no_id:
+            await model.infer(step(None, 1))
+        with pytest.raises(InferenceServerError) as not_started:
+            await model.infer(step(77, 1))
+        await model.infer(step(1, 1, start=True, end=True))
+        with pytest.raises(InferenceServerError) as ended:
+            await model.infer(step(1, 1))
+        await model.infer(step(2, 1, start=True))
+        await asyncio.sleep(0.6)  # max_sequence_idle_microseconds: 500000
+        with pytest.raises(InferenceServerError) as idle:
+            await model.infer(step(2, 1))
+        with pytest.raises(InferenceServerError) as string_corrid:
+            await model.infer(step("s", 1, start=True))
+        statistics = model.statistics()[0]["inference_stats"]
+    finally:
+        await model.close()
+    assert no_id.value.message == (
+        "inference request to model 'sequence_sum' must specify a non-zero or non-empty "
+        "correlation ID"
+    )
+    for error, sequence in ((not_started, 77), (ended, 1), (idle, 2)):
+        assert error.value.code is StatusCode.INVALID_ARG
+        assert error.value.message == (
+            f"inference request for sequence {sequence} to model 'sequence_sum' must specify "
+            "the START flag on the first request of the sequence"
+        )
+    assert "declare it TYPE_STRING" in string_corrid.value.message
+    assert (statistics["success"]["count"], statistics["fail"]["count"]) == (2, 0)

@@ -1,0 +1,65 @@
+"""rayton against the real Triton for sequence models: the cases of
+:mod:`tests.conformance.sequence_cases` over HTTP and gRPC, the same python model with the
+``oldest`` and the ``direct`` strategy served by the reference tritonserver 2.51 and by
+rayton."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.allowlist import ALLOWED, SEQUENCE_ALLOWED
+from tests.conformance.checks import (
+    Observations,
+    assert_entries_still_match,
+    check_case,
+    observe,
+    reference_serving,
+    wait_ready,
+)
+from tests.conformance.driver import Server
+from tests.conformance.sequence_cases import SEQUENCE_REGISTRY
+from tests.support.ports import free_port
+
+pytestmark = [pytest.mark.reference, pytest.mark.cluster]
+
+SEQUENCE_SUM = Path(__file__).parents[1] / "deployments" / "model_repository" / "sequence_sum"
+HTTP_CASES = SEQUENCE_REGISTRY.for_protocol("http")
+GRPC_CASES = SEQUENCE_REGISTRY.for_protocol("grpc")
+ENTRIES = ALLOWED + SEQUENCE_ALLOWED
+
+
+@pytest.fixture(scope="module")
+def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observations]]:
+    repository = tmp_path_factory.mktemp("sequence-conformance") / "repository"
+    shutil.copytree(SEQUENCE_SUM, repository / "sequence_sum")
+    shutil.copytree(SEQUENCE_SUM, repository / "sequence_direct")
+    config = repository / "sequence_direct" / "config.pbtxt"
+    text = config.read_text().replace('name: "sequence_sum"', 'name: "sequence_direct"')
+    config.write_text(text.replace("oldest { max_candidate_sequences: 4 ", "direct { "))
+    with reference_serving(repository) as reference:
+        grpc_port = free_port()
+        rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
+        try:
+            serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
+            wait_ready(serve_cluster.http_url, timeout_s=120)
+            yield observe((reference, rayton), SEQUENCE_REGISTRY)
+        finally:
+            serve_cluster.delete_all()
+
+
+@pytest.mark.parametrize("case", [c.name for c in HTTP_CASES])
+def test_http(case: str, observations: dict[str, Observations]) -> None:
+    check_case(case, observations["http"], ENTRIES, ())
+
+
+@pytest.mark.parametrize("case", [c.name for c in GRPC_CASES])
+def test_grpc(case: str, observations: dict[str, Observations]) -> None:
+    check_case(case, observations["grpc"], ENTRIES, ())
+
+
+def test_sequence_allowlist_entries_still_match(observations: dict[str, Observations]) -> None:
+    assert_entries_still_match(SEQUENCE_REGISTRY, observations, ENTRIES, SEQUENCE_ALLOWED)
