@@ -25,7 +25,12 @@ from tritonclient.grpc import service_pb2_grpc
 from deployments.core.server_core import ServerCore
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute, read_infer_route
-from deployments.grpc.streams import error_reply, replies_or_error, stream_replies
+from deployments.grpc.streams import (
+    SequenceTurns,
+    error_reply,
+    replies_or_error,
+    stream_replies,
+)
 from repo_adapter.errors import InferenceServerError, StatusCode
 
 logger = logging.getLogger(__name__)
@@ -176,17 +181,23 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> AsyncIterator[bytes]:
         """Each request's response messages (a decoupled model's several), in request
         order; errors don't end the stream (:mod:`deployments.grpc.streams`)."""
-        async for reply in stream_replies(request_iterator, self._stream_one):
+        turns = SequenceTurns()
+        async for reply in stream_replies(
+            request_iterator, lambda message: self._stream_one(message, turns)
+        ):
             yield reply
 
-    async def _stream_one(self, message: bytes) -> AsyncIterator[bytes]:
+    async def _stream_one(self, message: bytes, turns: SequenceTurns) -> AsyncIterator[bytes]:
         try:
             route = read_infer_route(message)
         except Exception as err:
             yield error_reply(err, "")
             return
-        async for reply in replies_or_error(self.forward_stream(route, message), route.id):
-            yield reply
+        # A sequence's requests travel to its replica one after another, as they came: each
+        # is a call of its own, and calls in flight together may arrive in any order.
+        async with turns.turn((route.model_name, route.sequence_id)):
+            async for reply in replies_or_error(self.forward_stream(route, message), route.id):
+                yield reply
 
     # ------------------------------------------------------------------ model repository
 

@@ -13,9 +13,10 @@ ingress).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from typing import TypeVar
 
 from deployments.grpc import codec
@@ -106,3 +107,28 @@ def error_reply(err: Exception, request_id: str) -> bytes:
     if not isinstance(err, InferenceServerError):
         logger.exception("gRPC ModelStreamInfer request failed", exc_info=err)
     return codec.stream_response(error=err, request_id=request_id).SerializeToString()
+
+
+class SequenceTurns:
+    """One stream's requests of each sequence, one after another in the order they came
+    (requests without a sequence never wait)."""
+
+    def __init__(self) -> None:
+        self._turns: dict[Hashable, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: tuple[str, int | str]) -> AsyncIterator[None]:
+        if not key[1]:  # no correlation ID
+            yield
+            return
+        lock, users = self._turns.get(key, (asyncio.Lock(), 0))
+        self._turns[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._turns[key]
+            if users == 1:
+                del self._turns[key]
+            else:
+                self._turns[key] = (lock, users - 1)

@@ -40,7 +40,10 @@ def test_route_matches_the_parsed_message(model, version, request_id):
     message = client_message(model, version, request_id)
     parsed = pb.ModelInferRequest.FromString(message)
     assert read_infer_route(message) == InferRoute(
-        parsed.model_name, parsed.model_version, parsed.id
+        parsed.model_name,
+        parsed.model_version,
+        parsed.id,
+        parsed.parameters["sequence_id"].int64_param,
     )
 
 
@@ -57,6 +60,19 @@ def test_fields_in_any_order_and_repeated_last_wins():
 def pb_route(message: bytes) -> InferRoute:
     parsed = pb.ModelInferRequest.FromString(message)
     return InferRoute(parsed.model_name, parsed.model_version, parsed.id)
+
+
+@pytest.mark.parametrize("sequence_id", [5, "clip-9", -3, (1 << 64) - 1])
+def test_the_sequence_id_is_read_as_sent(sequence_id):
+    request = pb.ModelInferRequest(model_name="m")
+    if isinstance(sequence_id, str):
+        request.parameters["sequence_id"].string_param = sequence_id
+    elif sequence_id < 0:
+        request.parameters["sequence_id"].int64_param = sequence_id
+    else:
+        request.parameters["sequence_id"].uint64_param = sequence_id
+    request.parameters["priority"].uint64_param = 2
+    assert read_infer_route(request.SerializeToString()).sequence_id == sequence_id
 
 
 @pytest.mark.parametrize(
