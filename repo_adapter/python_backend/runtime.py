@@ -181,12 +181,11 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def run_blocking(make_coroutine: Callable[[], Coroutine[Any, Any, Any]], what: str) -> Any:
-    """Run a coroutine on the backend's loop from synchronous code and return its result.
+def _loop_to_block_on(what: str) -> asyncio.AbstractEventLoop:
+    """The backend's loop, which the calling thread may wait on.
 
     Raises:
-        LoopUnavailableError: when no loop is running, or when the caller *is* that loop's
-            thread (waiting would deadlock it: use the async variant there).
+        LoopUnavailableError: no loop is running, or the caller *is* that loop's thread.
     """
     loop = _target_loop()
     if loop is None or loop.is_closed() or not loop.is_running():
@@ -196,6 +195,17 @@ def run_blocking(make_coroutine: Callable[[], Coroutine[Any, Any, Any]], what: s
             f"{what} would block the event loop that has to serve it; in 'async def execute' "
             "use the awaitable variant (await request.async_exec())"
         )
+    return loop
+
+
+def run_blocking(make_coroutine: Callable[[], Coroutine[Any, Any, Any]], what: str) -> Any:
+    """Run a coroutine on the backend's loop from synchronous code and return its result.
+
+    Raises:
+        LoopUnavailableError: when no loop is running, or when the caller *is* that loop's
+            thread (waiting would deadlock it: use the async variant there).
+    """
+    loop = _loop_to_block_on(what)
     return asyncio.run_coroutine_threadsafe(make_coroutine(), loop).result()
 
 
@@ -209,14 +219,7 @@ def iterate_blocking(make_iterator: Callable[[], AsyncIterator[Any]], what: str)
     Raises:
         LoopUnavailableError: as :func:`run_blocking`, before anything runs.
     """
-    loop = _target_loop()
-    if loop is None or loop.is_closed() or not loop.is_running():
-        raise LoopUnavailableError(f"{what} needs a running server event loop and none is bound")
-    if _running_loop() is loop:
-        raise LoopUnavailableError(
-            f"{what} would block the event loop that has to serve it; in 'async def execute' "
-            "use the awaitable variant (await request.async_exec())"
-        )
+    loop = _loop_to_block_on(what)
     items: queue.Queue[Any] = queue.Queue()
 
     async def pump() -> None:
