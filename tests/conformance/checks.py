@@ -118,3 +118,23 @@ def assert_entries_still_match(
     assert not stale, "entries that match no difference any more (remove them):\n" + "\n".join(
         f"{entry.case} {entry.path}: {entry.reason}" for entry in stale
     )
+
+
+@contextlib.contextmanager
+def both_serving(
+    serve_cluster: Any, repository: Path, registry: CaseRegistry
+) -> Iterator[dict[str, Observations]]:
+    """``registry``'s observations of the reference and of rayton, each serving
+    ``repository`` with every model loaded (rayton through ``serve_cluster``, its models
+    removed afterwards)."""
+    from tests.support.ports import free_port
+
+    with reference_serving(repository) as reference:
+        grpc_port = free_port()
+        rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
+        try:
+            serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
+            wait_ready(serve_cluster.http_url, timeout_s=120)
+            yield observe((reference, rayton), registry)
+        finally:
+            serve_cluster.delete_all()

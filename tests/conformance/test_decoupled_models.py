@@ -16,10 +16,8 @@ from tests.conformance.allowlist import ALLOWED, DECOUPLED_ALLOWED
 from tests.conformance.checks import (
     Observations,
     assert_entries_still_match,
+    both_serving,
     check_case,
-    observe,
-    reference_serving,
-    wait_ready,
 )
 from tests.conformance.decoupled_cases import (
     DECOUPLED_REGISTRY,
@@ -30,9 +28,7 @@ from tests.conformance.decoupled_cases import (
     NATIVE_MODEL,
     PYTHON_MODEL,
 )
-from tests.conformance.driver import Server
 from tests.support.native_backends import build_scale_variants
-from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 
@@ -53,15 +49,8 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
     (repository / ECHO_MODEL / "1").mkdir(parents=True)
     (repository / ECHO_MODEL / "config.pbtxt").write_text(ECHO_CONFIG)
     (repository / ECHO_MODEL / "1" / "model.py").write_text(ECHO_MODEL_PY)
-    with reference_serving(repository) as reference:
-        grpc_port = free_port()
-        rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
-        try:
-            serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
-            wait_ready(serve_cluster.http_url, timeout_s=120)
-            yield observe((reference, rayton), DECOUPLED_REGISTRY)
-        finally:
-            serve_cluster.delete_all()
+    with both_serving(serve_cluster, repository, DECOUPLED_REGISTRY) as observed:
+        yield observed
 
 
 @pytest.mark.parametrize("case", [c.name for c in HTTP_CASES])

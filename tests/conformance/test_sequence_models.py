@@ -15,14 +15,10 @@ from tests.conformance.allowlist import ALLOWED, SEQUENCE_ALLOWED
 from tests.conformance.checks import (
     Observations,
     assert_entries_still_match,
+    both_serving,
     check_case,
-    observe,
-    reference_serving,
-    wait_ready,
 )
-from tests.conformance.driver import Server
 from tests.conformance.sequence_cases import SEQUENCE_REGISTRY
-from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 
@@ -40,15 +36,8 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
     config = repository / "sequence_direct" / "config.pbtxt"
     text = config.read_text().replace('name: "sequence_sum"', 'name: "sequence_direct"')
     config.write_text(text.replace("oldest { max_candidate_sequences: 4 ", "direct { "))
-    with reference_serving(repository) as reference:
-        grpc_port = free_port()
-        rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
-        try:
-            serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
-            wait_ready(serve_cluster.http_url, timeout_s=120)
-            yield observe((reference, rayton), SEQUENCE_REGISTRY)
-        finally:
-            serve_cluster.delete_all()
+    with both_serving(serve_cluster, repository, SEQUENCE_REGISTRY) as observed:
+        yield observed
 
 
 @pytest.mark.parametrize("case", [c.name for c in HTTP_CASES])
