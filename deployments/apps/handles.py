@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from ray import serve
 from ray.exceptions import RayActorError
-from ray.serve.handle import DeploymentHandle, DeploymentResponse
+from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 from deployments.core.served_model import ModelMetadata
 from deployments.observability.statistics import ModelStatistics
@@ -93,12 +93,10 @@ class ModelHandles:
     async def infer_stream(
         self, model: str, request: InferRequest
     ) -> AsyncIterator[StreamedResponse]:
-        replies = self.replicas(model).infer_stream.remote(model, request)
-        try:
-            async for reply in replies:
-                yield reply
-        except RayActorError as err:
-            raise _replica_gone(model, err) from None
+        async for reply in _streamed(
+            model, self.replicas(model).infer_stream.remote(model, request)
+        ):
+            yield reply
 
     async def infer_wire(self, model: str, message: bytes) -> bytes:
         response = self.replicas(model).infer_wire.remote(model, message)
@@ -106,11 +104,8 @@ class ModelHandles:
 
     async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
         replies = self.replicas(model).infer_wire_stream.remote(model, message)
-        try:
-            async for reply in replies:
-                yield reply
-        except RayActorError as err:
-            raise _replica_gone(model, err) from None
+        async for reply in _streamed(model, replies):
+            yield reply
 
     async def metadata(
         self, model: str, version: str = "", timeout_s: float | None = None
@@ -144,6 +139,15 @@ class ModelHandles:
             return await asyncio.wait_for(response, timeout_s)
         except RayActorError as err:  # the replica's process went (a crash, a kill)
             raise _replica_gone(model, err) from None
+
+
+async def _streamed(model: str, replies: DeploymentResponseGenerator) -> AsyncIterator[Any]:
+    """A streaming call's replies; Triton's UNAVAILABLE when the replica's process went."""
+    try:
+        async for reply in replies:
+            yield reply
+    except RayActorError as err:
+        raise _replica_gone(model, err) from None
 
 
 def _replica_gone(model: str, err: RayActorError) -> InferenceServerError:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from deployments.core.served_model import ModelMetadata, ServedModel, StreamingModel
@@ -161,12 +161,13 @@ class ModelSlot:
     def config(self):
         return self.model.config
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        model = self.model
+    @contextlib.contextmanager
+    def _running_on(self, model: ServedModel) -> Iterator[None]:
+        """Count a request running on ``model`` (a replaced model drains these)."""
         key = id(model)
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
         try:
-            return await model.infer(request)
+            yield
         finally:
             remaining = self._in_flight[key] - 1
             if remaining:
@@ -174,13 +175,16 @@ class ModelSlot:
             else:
                 del self._in_flight[key]
 
+    async def infer(self, request: InferRequest) -> InferResponse:
+        model = self.model
+        with self._running_on(model):
+            return await model.infer(request)
+
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
         """The responses to ``request``: a decoupled model's as it sends them, else the one
         response (final)."""
         model = self.model
-        key = id(model)
-        self._in_flight[key] = self._in_flight.get(key, 0) + 1
-        try:
+        with self._running_on(model):
             if isinstance(model, StreamingModel):
                 async for item in model.infer_stream(request):
                     yield item
@@ -192,12 +196,6 @@ class ModelSlot:
                 )
             else:
                 yield StreamedResponse(await model.infer(request), True)
-        finally:
-            remaining = self._in_flight[key] - 1
-            if remaining:
-                self._in_flight[key] = remaining
-            else:
-                del self._in_flight[key]
 
     def metadata(self, version: str = "") -> ModelMetadata:
         return self.model.metadata(version)

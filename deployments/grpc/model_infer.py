@@ -31,7 +31,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute
-from deployments.grpc.streams import replies_or_error, stream_replies
+from deployments.grpc.streams import SequenceTurns, replies_or_error, stream_replies
 from deployments.observability.tracing import TRACER
 from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
@@ -80,13 +80,8 @@ async def infer_message(
     """:func:`infer_serialized` for a request parsed already (Serve's gRPC ingress parses it);
     ``read_start_ns``: when reading it began (None: now); ``offload_execution``: see
     :attr:`InferRequest.offload_execution`."""
-    read_start_ns = read_start_ns or time.monotonic_ns()
-    request, _ = codec.decode_infer_request(request_message)
-    request.offload_execution = offload_execution
-    trace = request.trace = TRACER.start(request.model_name, request.id)
-    if trace is not None:
-        trace.stamp("GRPC_WAITREAD_START", read_start_ns)
-        trace.stamp("GRPC_WAITREAD_END")
+    request, _ = _received(request_message, read_start_ns, offload_execution)
+    trace = request.trace
     try:
         try:
             response = await infer(request)
@@ -99,6 +94,21 @@ async def infer_message(
         if trace is not None:
             trace.stamp("GRPC_SEND_END")
             TRACER.finish(trace)
+
+
+def _received(
+    request_message: pb.ModelInferRequest, read_start_ns: int | None, offload_execution: bool
+) -> tuple[InferRequest, bool]:
+    """The decoded request, traced from when reading began (None: now), and whether it asked
+    for empty final responses."""
+    read_start_ns = read_start_ns or time.monotonic_ns()
+    request, empty_final = codec.decode_infer_request(request_message)
+    request.offload_execution = offload_execution
+    trace = request.trace = TRACER.start(request.model_name, request.id)
+    if trace is not None:
+        trace.stamp("GRPC_WAITREAD_START", read_start_ns)
+        trace.stamp("GRPC_WAITREAD_END")
+    return request, empty_final
 
 
 async def stream_serialized(target: StreamTarget, message: bytes) -> AsyncIterator[bytes]:
@@ -117,14 +127,9 @@ async def stream_message(
     """The serialized ``ModelStreamInferResponse`` messages answering one request of a
     ``ModelStreamInfer`` stream: a decoupled model's responses as it sends them, another's
     one response (see :func:`codec.streamed_response` for the final flags)."""
-    read_start_ns = read_start_ns or time.monotonic_ns()
     decoupled = target.config.model_transaction_policy.decoupled
-    request, empty_final = codec.decode_infer_request(request_message)
-    request.offload_execution = offload_execution
-    trace = request.trace = TRACER.start(request.model_name, request.id)
-    if trace is not None:
-        trace.stamp("GRPC_WAITREAD_START", read_start_ns)
-        trace.stamp("GRPC_WAITREAD_END")
+    request, empty_final = _received(request_message, read_start_ns, offload_execution)
+    trace = request.trace
     sending = False
     try:
         async for item in target.infer_stream(request):
@@ -209,15 +214,28 @@ class RoutedCalls:
         """A ``ModelStreamInfer`` stream HAProxy routed to this replica by its first request:
         each request is answered by ``local(model)`` where this replica serves the model, else
         through ``forward()`` (the model's deployment, as the gRPC frontend reaches it)."""
+        turns = SequenceTurns()
 
         def answer(request: pb.ModelInferRequest) -> AsyncIterator[bytes]:
             target = local(request.model_name)
-            if target is not None:
+            if target is not None:  # in order already: each starts as it arrives, here
                 replies = self._stream_local(target, request)
             else:
+                sequence_id = _sequence_id(request)
                 route = InferRoute(request.model_name, request.model_version, request.id)
-                replies = forward()(route, request.SerializeToString())
+                forwarded = forward()(route, request.SerializeToString())
+                replies = turns.in_turn((request.model_name, sequence_id), forwarded)
             return replies_or_error(replies, request.id)
 
         async for reply in stream_replies(requests, answer):
             yield SerializedMessage(reply)
+
+
+def _sequence_id(request: pb.ModelInferRequest) -> int | str:
+    """The request's correlation ID (0: none)."""
+    if "sequence_id" not in request.parameters:
+        return 0
+    parameter = request.parameters["sequence_id"]
+    kind = parameter.WhichOneof("parameter_choice")
+    value = getattr(parameter, kind) if kind else 0
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else 0

@@ -193,11 +193,10 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except Exception as err:
             yield error_reply(err, "")
             return
-        # A sequence's requests travel to its replica one after another, as they came: each
-        # is a call of its own, and calls in flight together may arrive in any order.
-        async with turns.turn((route.model_name, route.sequence_id)):
-            async for reply in replies_or_error(self.forward_stream(route, message), route.id):
-                yield reply
+        replies = self.forward_stream(route, message)
+        key = (route.model_name, route.sequence_id)
+        async for reply in replies_or_error(turns.in_turn(key, replies), route.id):
+            yield reply
 
     # ------------------------------------------------------------------ model repository
 

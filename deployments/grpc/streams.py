@@ -111,7 +111,8 @@ def error_reply(err: Exception, request_id: str) -> bytes:
 
 class SequenceTurns:
     """One stream's requests of each sequence, one after another in the order they came
-    (requests without a sequence never wait)."""
+    (requests without a sequence never wait). A stream's requests that travel to a replica
+    as calls of their own need it: calls in flight together may arrive in any order."""
 
     def __init__(self) -> None:
         self._turns: dict[Hashable, tuple[asyncio.Lock, int]] = {}
@@ -132,3 +133,11 @@ class SequenceTurns:
                 del self._turns[key]
             else:
                 self._turns[key] = (lock, users - 1)
+
+    async def in_turn(
+        self, key: tuple[str, int | str], replies: AsyncIterator[bytes]
+    ) -> AsyncIterator[bytes]:
+        """``replies``, produced in the turn of sequence ``key``."""
+        async with self.turn(key):
+            async for reply in replies:
+                yield reply

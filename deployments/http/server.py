@@ -334,6 +334,10 @@ class _Connection(asyncio.Protocol):
             transport.write(b"".join((head, body, tail)))
         else:
             transport.writelines((head, body, tail))
+        return self._kept_alive(transport, keep_alive)
+
+    def _kept_alive(self, transport: asyncio.Transport, keep_alive: bool) -> bool:
+        """After a reply: close the connection unless it is kept alive (False when closed)."""
         if not keep_alive:
             self.closing = True
             self.queue.clear()
@@ -366,12 +370,7 @@ class _Connection(asyncio.Protocol):
             transport.write(b"0\r\n\r\n")
         finally:
             await stream.aclose()
-        if not keep_alive:
-            self.closing = True
-            self.queue.clear()
-            transport.close()
-            return False
-        return True
+        return self._kept_alive(transport, keep_alive)
 
     def finish(self) -> None:
         """Stop after the requests that have arrived: close now if there are none."""

@@ -90,11 +90,7 @@ class SequenceBatcher:
         self._idle_s = config.sequence_batching.max_sequence_idle_microseconds / 1e6
         self._submit = submit
         self._sequences: dict[SequenceKey, _Sequence] = {}
-
-    @property
-    def active_count(self) -> int:
-        """Sequences started and not ended or released."""
-        return len(self._sequences)
+        self._last_sweep = time.monotonic()
 
     async def submit(self, request: InferRequest, rows: int) -> InferResponse:
         """Run ``request`` in its sequence's turn, with its control inputs added.
@@ -107,8 +103,12 @@ class SequenceBatcher:
         parameters = request.parameters
         start, end = bool(parameters.get("sequence_start")), bool(parameters.get("sequence_end"))
         key = (type(correlation_id), correlation_id)
-        self._release_idle(time.monotonic())
+        now = time.monotonic()
+        self._release_idle(now)
         sequence = self._sequences.get(key)
+        if sequence is not None and self._idle(sequence, now):
+            del self._sequences[key]  # released: the sweep below runs only now and then
+            sequence = None
         if sequence is None:
             if not start:
                 raise InferenceServerError(
@@ -139,13 +139,16 @@ class SequenceBatcher:
             )
         return value
 
+    def _idle(self, sequence: _Sequence, now: float) -> bool:
+        return not sequence.queued and now - sequence.last_active > self._idle_s
+
     def _release_idle(self, now: float) -> None:
-        """Forget the sequences idle for longer than ``max_sequence_idle_microseconds``."""
-        idle = [
-            key
-            for key, sequence in self._sequences.items()
-            if not sequence.queued and now - sequence.last_active > self._idle_s
-        ]
+        """Forget the sequences idle for longer than ``max_sequence_idle_microseconds``: a
+        sweep of them all at most once per idle period, not on every request."""
+        if now - self._last_sweep < self._idle_s:
+            return
+        self._last_sweep = now
+        idle = [key for key, sequence in self._sequences.items() if self._idle(sequence, now)]
         for key in idle:
             del self._sequences[key]
 

@@ -292,12 +292,9 @@ class NativeTritonBackend(Backend):
         answer = answers[0]
         if answer.error is not None:
             return answer.error
-        return InferResponse(
-            model_name=self.model.name,
-            model_version=str(self.model.version),
-            id=request.id,
-            outputs=[InferTensor(o.name, o.datatype, o.data) for o in answer.outputs],
-        )
+        response = self._response(answer)
+        response.id = request.id
+        return response
 
 
 @functools.cache

@@ -84,3 +84,26 @@ async def test_a_request_that_fails_after_some_replies_ends_with_its_error():
     got = [reply async for reply in replies_or_error(replies(), request_id="r")]
     assert got[0] == b"first"
     assert pb.ModelStreamInferResponse.FromString(got[1]).error_message == "model went away"
+
+
+async def test_a_sequences_requests_take_turns_and_others_do_not_wait():
+    from deployments.grpc.streams import SequenceTurns
+
+    turns, log = SequenceTurns(), []
+
+    async def replies(name: str, delay: float):
+        log.append(f"{name} start")
+        await asyncio.sleep(delay)
+        log.append(f"{name} end")
+        yield name.encode()
+
+    async def drain(key, name, delay):
+        return [r async for r in turns.in_turn(key, replies(name, delay))]
+
+    await asyncio.gather(
+        drain(("m", 7), "first", 0.05),
+        drain(("m", 7), "second", 0),
+        drain(("m", 0), "unsequenced", 0),
+    )
+    assert log.index("first end") < log.index("second start")
+    assert log.index("unsequenced end") < log.index("first end")
