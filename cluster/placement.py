@@ -214,17 +214,20 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
         )
     scaling = autoscaling_config(config)
     if config.HasField("sequence_batching"):
-        # A sequence's state lives in the replica that ran its requests: until requests are
-        # routed by correlation id, a sequence model has one replica (Triton's instances of it
-        # share one sequence batcher, as they do here).
-        replicas = sum(group.num_replicas for group in placed)
-        if replicas > 1 or scaling is not None:
+        # A sequence's state lives in the replica that runs it, and its requests are routed
+        # there: replicas come and go only when Serve replaces a lost one, and the routing
+        # runs within one deployment (one replica group).
+        if len(placed) > 1:
             notes.append(
-                f"a sequence model runs one replica (not {replicas}) until rayton routes a "
-                "sequence's requests to the replica that holds it"
+                f"a sequence model runs one replica group: '{placed[0].group_name}' "
+                f"({placed[0].num_replicas} replicas), not {len(placed)}"
+            )
+        if scaling is not None:
+            notes.append(
+                "a sequence model does not autoscale: a replica stopped by a scale-down would "
+                "take its running sequences with it"
             )
         placed = placed[:1]
-        placed[0].num_replicas = 1
         scaling = None
     runtime_env = ray_runtime_env(config)
     for group in placed:

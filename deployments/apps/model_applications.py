@@ -19,6 +19,7 @@ from deployments.apps.ensemble_deployment import EnsembleSpec, TritonEnsemble
 from deployments.apps.host_deployment import HOST_DEPLOYMENT_NAME, TritonModelHost, hosted_entry
 from deployments.apps.model_deployment import ModelSpec, TritonModel
 from deployments.apps.router_deployment import RouterSpec, TritonModelRouter
+from deployments.apps.sequence_directory import sequence_deployment_options
 from deployments.core.server_core import SERVER_VERSION
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from repo_adapter.errors import InferenceServerError
@@ -58,19 +59,22 @@ def model_application(
                 name=model.name, user_config=spec.to_user_config(), **_options(placement.only)
             )
         ).bind(model.name, max_input_size)
+    assert model.config is not None
+    # A sequence model's replicas share a directory of their sequences and route by it.
+    sequences = sequence_deployment_options() if model.config.HasField("sequence_batching") else {}
     groups = {
         group.name: _versioned(
             TritonModel.options(
                 name=group.name,
                 user_config=_model_spec(model, group, generation, python_stubs).to_user_config(),
                 **_options(group),
+                **sequences,
             )
         ).bind(model.name, max_input_size)
         for group in placement.groups
     }
     if not placement.routed:
         return groups[model.name]
-    assert model.config is not None
     router_spec = RouterSpec(
         model.name,
         model.config.SerializeToString(),

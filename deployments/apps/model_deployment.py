@@ -31,6 +31,7 @@ from deployments.apps.http_ingress import HttpIngress
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import cluster_server_core
+from deployments.apps.sequence_directory import replica_sequence_routing
 from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.model_slot import ModelSlot, SlotStatus
 from deployments.core.served_model import ModelMetadata, ServedModel
@@ -146,6 +147,24 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
     async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
         async for reply in stream_serialized(self._slot(model), message):
             yield reply
+
+    async def infer_sequence(
+        self, model: str, request: InferRequest, sequence_replica: str
+    ) -> InferResponse:
+        """A sequence's request another replica of this deployment forwarded to replica
+        ``sequence_replica``, the one holding the sequence (see sequence_directory.py)."""
+        return await self._slot(model).infer_forwarded(request, sequence_replica)
+
+    async def infer_sequence_stream(
+        self, model: str, request: InferRequest, sequence_replica: str
+    ) -> AsyncIterator[StreamedResponse]:
+        """As :meth:`infer_sequence`, for a decoupled sequence model's responses."""
+        async for item in self._slot(model).stream_forwarded(request, sequence_replica):
+            yield item
+
+    async def drop_sequence(self, model: str, sequence: str, sequence_replica: str) -> None:
+        """``sequence`` started again on another replica (see sequence_directory.py)."""
+        self._slot(model).drop_sequence(sequence, sequence_replica)
 
     def metadata(self, model: str, version: str = "") -> ModelMetadata:
         return self._slot(model).metadata(version)
@@ -297,6 +316,10 @@ class TritonModel(ServedModelDeployment):
     def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
         spec = ModelSpec.from_user_config(user_config)
         instance = _instance(spec)
+        config = spec.config()
+        if config.HasField("sequence_batching") and self.slot.sequences is None:
+            idle_s = config.sequence_batching.max_sequence_idle_microseconds / 1e6
+            self.slot.sequences = replica_sequence_routing(spec.name, idle_s)
 
         def load() -> ServedModel:
             return SingleModel(

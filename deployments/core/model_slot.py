@@ -20,7 +20,13 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
-from deployments.core.served_model import ModelMetadata, ServedModel, StreamingModel
+from deployments.core.sequence_routing import SequenceRouting
+from deployments.core.served_model import (
+    ModelMetadata,
+    SequenceModel,
+    ServedModel,
+    StreamingModel,
+)
 from deployments.observability.statistics import ModelStatistics, VersionMetrics
 from repo_adapter.config import ConfigDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
@@ -33,6 +39,7 @@ logger = logging.getLogger(__name__)
 # How long requests still running on a replaced model may take before it is closed anyway.
 DRAIN_TIMEOUT_S = 60.0
 _DRAIN_POLL_S = 0.05
+_RETIRE_POLL_S = 0.2
 
 BuildModel = Callable[[], ServedModel]
 
@@ -71,6 +78,11 @@ class ModelSlot:
         self._in_flight: dict[int, int] = {}  # id(model) -> requests running on it
         self._loading: asyncio.Task | None = None
         self._closed = False
+        # A sequence model's replica: runs each sequence where it is held (None: all here)
+        self.sequences: SequenceRouting | None = None
+        # Replaced generations still running sequences started on them (Triton's reload
+        # lets them finish there; new sequences start on the serving generation)
+        self._retiring: list[ServedModel] = []
 
     # ------------------------------------------------------------------ replacement
 
@@ -115,8 +127,19 @@ class ModelSlot:
         previous, self._model, self._generation = self._model, fresh, generation
         self._loading = None
         if previous is not None:
-            await self._drain(previous)
-            await _close(previous)
+            await self._retire(previous)
+
+    async def _retire(self, model: ServedModel) -> None:
+        """Close a replaced generation once its requests and sequences are done."""
+        if isinstance(model, SequenceModel) and model.running_sequences():
+            self._retiring.append(model)
+            try:
+                while model.running_sequences() and not self._closed:
+                    await asyncio.sleep(_RETIRE_POLL_S)  # each idles out at the latest
+            finally:
+                self._retiring.remove(model)
+        await self._drain(model)
+        await _close(model)
 
     async def _drain(self, model: ServedModel) -> None:
         loop = asyncio.get_running_loop()
@@ -176,14 +199,58 @@ class ModelSlot:
                 del self._in_flight[key]
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        model = self.model
+        if self.sequences is not None:
+            return await self.sequences.infer(request, self._infer_here)
+        return await self._infer_here(request)
+
+    def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        """The responses to ``request``: a decoupled model's as it sends them, else the one
+        response (final)."""
+        if self.sequences is not None:
+            return self.sequences.infer_stream(request, self._stream_here)
+        return self._stream_here(request)
+
+    async def infer_forwarded(self, request: InferRequest, sent_to: str) -> InferResponse:
+        """A sequence's request another replica forwarded to replica ``sent_to``."""
+        return await self._routing().infer_forwarded(request, sent_to, self._infer_here)
+
+    def stream_forwarded(
+        self, request: InferRequest, sent_to: str
+    ) -> AsyncIterator[StreamedResponse]:
+        """A sequence's streamed request another replica forwarded to replica ``sent_to``."""
+        return self._routing().stream_forwarded(request, sent_to, self._stream_here)
+
+    def drop_sequence(self, sequence: str, sent_to: str) -> None:
+        """``sequence`` started again on another replica than ``sent_to``."""
+        self._routing().drop(sequence, sent_to)
+
+    def _routing(self) -> SequenceRouting:
+        if self.sequences is None:  # only a sequence model's replicas forward to each other
+            raise InferenceServerError(
+                f"model '{self.name}' is not a sequence model", StatusCode.INVALID_ARG
+            )
+        return self.sequences
+
+    def _model_for(self, request: InferRequest) -> ServedModel:
+        """The generation that runs ``request``: one replaced by a reload while the request's
+        sequence runs on it, else the serving one."""
+        serving = self.model
+        if not self._retiring or request.parameters.get("sequence_start"):
+            return serving
+        if isinstance(serving, SequenceModel) and serving.holds_sequence(request):
+            return serving  # started again since the reload
+        for model in self._retiring:
+            if isinstance(model, SequenceModel) and model.holds_sequence(request):
+                return model
+        return serving
+
+    async def _infer_here(self, request: InferRequest) -> InferResponse:
+        model = self._model_for(request)
         with self._running_on(model):
             return await model.infer(request)
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
-        """The responses to ``request``: a decoupled model's as it sends them, else the one
-        response (final)."""
-        model = self.model
+    async def _stream_here(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        model = self._model_for(request)
         with self._running_on(model):
             if isinstance(model, StreamingModel):
                 async for item in model.infer_stream(request):

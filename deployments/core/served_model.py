@@ -87,6 +87,20 @@ class StreamingModel(Protocol):
         ...
 
 
+@runtime_checkable
+class SequenceModel(Protocol):
+    """A served model that keeps sequences (``sequence_batching``): a reload lets the ones
+    running finish on it."""
+
+    def holds_sequence(self, request: InferRequest) -> bool:
+        """Whether ``request``'s sequence is running in this model."""
+        ...
+
+    def running_sequences(self) -> int:
+        """How many sequences are running in this model."""
+        ...
+
+
 def model_metadata(config: mc.ModelConfig, versions: list[str]) -> ModelMetadata:
     """Triton's model metadata: shapes get a leading -1 when the model batches."""
     batch_dims = [-1] if config.max_batch_size > 0 else []

@@ -209,6 +209,19 @@ class SingleModel:
             for _, runner in sorted(self.runners.items())
         ]
 
+    def holds_sequence(self, request: InferRequest) -> bool:
+        """Whether ``request``'s sequence is running in one of this model's versions."""
+        return any(
+            runner.sequences is not None and runner.sequences.holds(request)
+            for runner in self.runners.values()
+        )
+
+    def running_sequences(self) -> int:
+        """How many sequences are running in this model's versions."""
+        return sum(
+            runner.sequences.running() for runner in self.runners.values() if runner.sequences
+        )
+
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, queue, execute; returns only the requested outputs, classified if asked.
 

@@ -2,7 +2,8 @@
 
 The gRPC frontend forwards inference requests as their wire bytes; to route one it needs only
 ``model_name`` (field 1), ``model_version`` (field 2), for stream errors ``id`` (field 3) and,
-to keep a stream's requests of one sequence in order, the ``sequence_id`` parameter (field 4,
+to keep a stream's requests of one sequence in order and send them to the replica holding the
+sequence, the ``sequence_id``, ``sequence_start`` and ``sequence_end`` parameters (field 4,
 before the tensors).
 Parsing the whole message would decode every tensor only to throw them away (the model's
 replica parses it again). This reads the top-level fields of the protobuf wire format and skips
@@ -19,6 +20,7 @@ _MODEL_NAME, _MODEL_VERSION, _ID, _PARAMETERS = 1, 2, 3, 4
 # InferParameter's fields
 _BOOL, _INT64, _STRING, _DOUBLE, _UINT64 = 1, 2, 3, 4, 5
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+_SEQUENCE_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,8 @@ class InferRoute:
     model_version: str = ""
     id: str = ""
     sequence_id: int | str = 0  # the request's correlation ID (0: none)
+    sequence_start: bool = False
+    sequence_end: bool = False
 
 
 def _malformed(detail: str) -> InferenceServerError:
@@ -67,7 +71,7 @@ def read_infer_route(message: bytes) -> InferRoute:
     """
     view = memoryview(message)
     fields: dict[int, str] = {}
-    sequence_id: int | str = 0
+    sequence: dict[str, int | str | bool] = {}
     position, end = 0, len(view)
     while position < end:
         key, position = _varint(view, position)
@@ -86,18 +90,21 @@ def read_infer_route(message: bytes) -> InferRoute:
                 fields[number] = _text(view[position : position + length])
             elif number == _PARAMETERS and position + length <= end:
                 key, value = _parameter(view[position : position + length])
-                if key == "sequence_id":
-                    sequence_id = value
+                if key in _SEQUENCE_PARAMETERS:
+                    sequence[key] = value
             position += length
         else:  # groups (3, 4) and unknown wire types do not occur in this message
             raise _malformed(f"unexpected wire type {wire_type}")
         if position > end:
             raise _malformed("truncated message")
+    sequence_id = sequence.get("sequence_id", 0)
     return InferRoute(
         fields.get(_MODEL_NAME, ""),
         fields.get(_MODEL_VERSION, ""),
         fields.get(_ID, ""),
-        sequence_id,
+        0 if isinstance(sequence_id, bool) else sequence_id,
+        sequence.get("sequence_start") is True,
+        sequence.get("sequence_end") is True,
     )
 
 
@@ -122,9 +129,9 @@ def _fields(message: memoryview) -> dict[int, tuple[int, int | memoryview]]:
     return found
 
 
-def _parameter(entry: memoryview) -> tuple[str, int | str]:
-    """One entry of the ``parameters`` map: its key, and its value when an integer or a
-    string (0 otherwise)."""
+def _parameter(entry: memoryview) -> tuple[str, int | str | bool]:
+    """One entry of the ``parameters`` map: its key, and its value when a boolean, an integer
+    or a string (0 otherwise)."""
     fields = _fields(entry)
     key = fields.get(1, (0, b""))[1]
     name = _text(key) if isinstance(key, memoryview) else ""
@@ -132,6 +139,8 @@ def _parameter(entry: memoryview) -> tuple[str, int | str]:
     if not isinstance(value, memoryview):
         return name, 0
     parameter = _fields(value)
+    if _BOOL in parameter and isinstance(parameter[_BOOL][1], int):
+        return name, bool(parameter[_BOOL][1])
     if _STRING in parameter and isinstance(parameter[_STRING][1], memoryview):
         return name, _text(parameter[_STRING][1])
     for number in (_INT64, _UINT64):

@@ -207,7 +207,7 @@ def test_a_runtime_env_ray_refuses_is_a_clear_error():
         placement_for(config(bad))
 
 
-def test_a_sequence_model_runs_one_replica_and_says_why():
+def test_a_sequence_model_runs_its_instances_without_autoscaling_and_says_why():
     placement = placement_for(
         config(
             "max_batch_size: 4 sequence_batching { } "
@@ -217,11 +217,11 @@ def test_a_sequence_model_runs_one_replica_and_says_why():
         )
     )
     group = placement.only
-    assert group.num_replicas == 1 and group.autoscaling_config is None
+    assert group.num_replicas == 3 and group.autoscaling_config is None
     assert placement.isolated  # never in the shared host, which may run several replicas
     assert placement.notes == [
-        "a sequence model runs one replica (not 3) until rayton routes a sequence's requests "
-        "to the replica that holds it"
+        "a sequence model does not autoscale: a replica stopped by a scale-down would take "
+        "its running sequences with it"
     ]
     single = placement_for(
         config("max_batch_size: 4 sequence_batching { } instance_group [ { kind: KIND_CPU } ]")

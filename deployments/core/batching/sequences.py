@@ -129,6 +129,17 @@ class SequenceBatcher:
             if end and not sequence.queued and self._sequences.get(key) is sequence:
                 del self._sequences[key]
 
+    def holds(self, request: InferRequest) -> bool:
+        """Whether ``request``'s sequence is running here (started, not ended, not idle)."""
+        value = request.parameters.get("sequence_id")
+        sequence = self._sequences.get((type(value), value))
+        return sequence is not None and not self._idle(sequence, time.monotonic())
+
+    def running(self) -> int:
+        """How many sequences are running here."""
+        now = time.monotonic()
+        return sum(not self._idle(sequence, now) for sequence in self._sequences.values())
+
     def _correlation_id(self, request: InferRequest) -> int | str:
         value = request.parameters.get("sequence_id")
         if isinstance(value, bool) or not isinstance(value, (int, str)) or value in (0, ""):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,4 +79,41 @@ async def test_requests_running_on_the_old_model_finish(tmp_path):
     write_adder(tmp_path, "m", version=2, offset=5.0)
     await slot.load("g2", model_builder(tmp_path, "m"))
     assert await asyncio.gather(*in_flight) == [2.0] * 4
+    await slot.close()
+
+
+SEQUENCE_SUM = Path(__file__).parents[1] / "model_repository" / "sequence_sum"
+
+
+async def add_one(slot: ModelSlot, sequence: int, start: bool = False) -> tuple[int, str]:
+    """The running sum after adding 1 to ``sequence``, and the version that ran it."""
+    request = InferRequest(
+        "sequence_sum",
+        [InferTensor("IN", "INT32", np.array([[1]], np.int32))],
+        parameters={"sequence_id": sequence, "sequence_start": start},
+    )
+    response = await slot.infer(request)
+    return int(response.outputs[0].data[0, 0]), response.model_version
+
+
+async def test_a_reload_lets_running_sequences_finish_on_the_generation_they_started_on(
+    tmp_path,
+):
+    shutil.copytree(SEQUENCE_SUM, tmp_path / "sequence_sum")
+    slot = ModelSlot("sequence_sum")
+    await slot.load("g1", model_builder(tmp_path, "sequence_sum"))
+    assert await add_one(slot, 7, start=True) == (1, "1")
+    shutil.copytree(tmp_path / "sequence_sum" / "1", tmp_path / "sequence_sum" / "2")
+    await slot.load("g2", model_builder(tmp_path, "sequence_sum"))
+    for _ in range(200):
+        if slot.status().generation == "g2":
+            break
+        await asyncio.sleep(0.02)
+    assert slot.status().generation == "g2"
+    assert await add_one(slot, 7) == (2, "1")  # its state is in version 1's instance
+    assert await add_one(slot, 8, start=True) == (1, "2")  # a new sequence: the new version
+    assert await add_one(slot, 7, start=True) == (1, "2")  # started again: the new one too
+    assert await add_one(slot, 7) == (2, "2")
+    await asyncio.sleep(0.8)  # sequence_sum idles sequences out after 0.5 s
+    assert slot._retiring == []  # version 1 closed once it held no sequence
     await slot.close()

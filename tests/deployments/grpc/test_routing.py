@@ -44,6 +44,8 @@ def test_route_matches_the_parsed_message(model, version, request_id):
         parsed.model_version,
         parsed.id,
         parsed.parameters["sequence_id"].int64_param,
+        parsed.parameters["sequence_start"].bool_param,
+        parsed.parameters["sequence_end"].bool_param,
     )
 
 
@@ -73,6 +75,19 @@ def test_the_sequence_id_is_read_as_sent(sequence_id):
         request.parameters["sequence_id"].uint64_param = sequence_id
     request.parameters["priority"].uint64_param = 2
     assert read_infer_route(request.SerializeToString()).sequence_id == sequence_id
+
+
+def test_the_start_and_end_flags_are_read_and_a_boolean_id_is_no_id():
+    request = pb.ModelInferRequest(model_name="m")
+    request.parameters["sequence_id"].int64_param = 7
+    request.parameters["sequence_start"].bool_param = True
+    request.parameters["sequence_end"].bool_param = False
+    route = read_infer_route(request.SerializeToString())
+    assert (route.sequence_id, route.sequence_start, route.sequence_end) == (7, True, False)
+    request.parameters["sequence_id"].bool_param = True
+    request.parameters["sequence_end"].bool_param = True
+    route = read_infer_route(request.SerializeToString())
+    assert (route.sequence_id, route.sequence_start, route.sequence_end) == (0, True, True)
 
 
 @pytest.mark.parametrize(
