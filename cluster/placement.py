@@ -26,6 +26,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from cluster.serve_internals import haproxy_ingress
 from repo_adapter.backends import is_registered
 
 _GROUP = mc.ModelInstanceGroup
@@ -217,6 +218,16 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
         # A sequence's state lives in the replica that runs it, and its requests are routed
         # there: replicas come and go only when Serve replaces a lost one, and the routing
         # runs within one deployment (one replica group).
+        if haproxy_ingress() and sum(group.num_replicas for group in placed) > 1:
+            # The routing needs a request router of the model's own on its deployment, which
+            # Serve refuses on an ingress deployment behind HAProxy
+            notes.append(
+                "a sequence model runs one replica behind HAProxy (rayton serve's default "
+                "ingress); RAY_SERVE_ENABLE_HA_PROXY=0 (Serve's proxy) routes sequences "
+                "across replicas"
+            )
+            placed = placed[:1]
+            placed[0].num_replicas = 1
         if len(placed) > 1:
             notes.append(
                 f"a sequence model runs one replica group: '{placed[0].group_name}' "

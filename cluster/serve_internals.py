@@ -89,6 +89,15 @@ def token_auth_enabled() -> bool:
     return is_token_auth_enabled()
 
 
+def haproxy_ingress() -> bool:
+    """Whether Serve runs HAProxy in front of ingress replicas in this cluster
+    (``RAY_SERVE_ENABLE_HA_PROXY``, read as Serve reads it): an ingress deployment may then not
+    have a request router of its own."""
+    from ray.serve._private.constants import RAY_SERVE_ENABLE_HA_PROXY
+
+    return bool(RAY_SERVE_ENABLE_HA_PROXY)
+
+
 class ReplicaRequestAccounting:
     """What Serve's direct-ingress path records per HTTP request in a replica, for a server
     that takes its place: the replica's ``max_ongoing_requests`` slots, its ongoing-request

@@ -227,6 +227,32 @@ def save_onnx_identity(
     return _save(path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
+def save_onnx_accumulator(path: Path) -> Path:
+    """A stateful model with implicit state (Triton's accumulator): ``OUTPUT = INPUT`` on a
+    sequence's START, ``INPUT + INPUT_STATE`` after it; ``OUTPUT_STATE = OUTPUT``. INT32,
+    ``[batch, 1]`` each, START among the inputs."""
+    onnx, helper = _onnx()
+    int32 = onnx.TensorProto.INT32
+    shape = ["batch", 1]
+    one = helper.make_tensor("ONE", int32, [], [1])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sub", ["ONE", "START"], ["CONTINUING"]),
+            helper.make_node("Mul", ["INPUT_STATE", "CONTINUING"], ["CARRIED"]),
+            helper.make_node("Add", ["INPUT", "CARRIED"], ["OUTPUT"]),
+            helper.make_node("Identity", ["OUTPUT"], ["OUTPUT_STATE"]),
+        ],
+        "accumulator",
+        [
+            helper.make_tensor_value_info(name, int32, shape)
+            for name in ("INPUT", "START", "INPUT_STATE")
+        ],
+        [helper.make_tensor_value_info(name, int32, shape) for name in ("OUTPUT", "OUTPUT_STATE")],
+        initializer=[one],
+    )
+    return _save(path, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
 def save_onnx_typed_ops(path: Path, batch_dim: str | int = "batch") -> Path:
     """One element-wise op per data type, to check dtype round trips.
 

@@ -300,7 +300,10 @@ _INT64_TYPES = (
     descriptor.FieldDescriptor.TYPE_SFIXED64,
 )
 # Triton leaves these int64 values as protobuf's JSON strings (it only fixes a listed set).
-_KEEP_INT64_STRINGS = (("optimization", "cuda", "graph_spec"),)
+_KEEP_INT64_STRINGS = (
+    ("optimization", "cuda", "graph_spec"),
+    ("sequence_batching", "state", "initial_state"),
+)
 
 
 def _as_triton_json(desc: descriptor.Descriptor, value: dict[str, Any], path: tuple) -> dict:

@@ -25,7 +25,7 @@ from repo_adapter.config import config_from_json
 from repo_adapter.ensemble import member_names, validate_ensemble
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
 from repo_adapter.model_state import ModelState, VersionState, VersionStates
-from repo_adapter.repository import RepositoryModel, scan_model
+from repo_adapter.repository import RepositoryModel, mark_decoupled_ensembles, scan_model
 
 logger = logging.getLogger(__name__)
 
@@ -278,7 +278,8 @@ class LiveRepository:
         plan: list[RepositoryModel] = []
         if model.available and model.is_ensemble:
             configs: dict[str, mc.ModelConfig | None] = {}
-            for member, found in self._member_closure(model).items():
+            closure = self._member_closure(model)
+            for member, found in closure.items():
                 member_record = self.records.get(member)
                 served = member_record is not None and member_record.served is found
                 configs[member] = found.config if found is not None and found.available else None
@@ -288,6 +289,7 @@ class LiveRepository:
                 validate_ensemble(model.config, configs)
             except ModelConfigError as err:
                 model.error = err.message
+            mark_decoupled_ensembles(model, closure)
         plan.append(model)
         return LoadPlan(plan)
 

@@ -8,7 +8,7 @@ reason, so one broken model never stops the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,33 +95,49 @@ def scan_repository(
 def _complete_ensembles(
     root: Path, models: dict[str, RepositoryModel], gpu_ids: Sequence[int]
 ) -> None:
-    """Core's ensemble completion: an ensemble is decoupled when any step model is.
+    """Core's ensemble completion over a scan: an ensemble is decoupled when any step model
+    is. Members outside ``models`` (a partial scan) are scanned from ``root`` for their flag."""
 
-    Members outside ``models`` (a partial scan) are scanned from ``root`` to read their flag.
-    """
-    decoupled: dict[str, bool] = {}
+    outside: dict[str, RepositoryModel] = {}
 
-    def is_decoupled(name: str, visiting: frozenset[str]) -> bool:
-        if name in decoupled:
-            return decoupled[name]
-        model = models.get(name)
-        if model is None and (root / name).is_dir():
-            model = scan_model(root / name, gpu_ids)
-        if model is None or model.config is None or name in visiting:
-            return False
-        config = model.config
-        if model.is_ensemble:
-            steps = config.ensemble_scheduling.step
-            result = any(is_decoupled(s.model_name, visiting | {name}) for s in steps)
-            config.model_transaction_policy.decoupled = result
-        else:
-            result = config.model_transaction_policy.decoupled
-        decoupled[name] = result
-        return result
+    def member(name: str) -> RepositoryModel | None:
+        if name in models:
+            return models[name]
+        if name not in outside and (root / name).is_dir():
+            outside[name] = scan_model(root / name, gpu_ids)
+        return outside.get(name)
 
-    for name, model in models.items():
+    for model in list(models.values()):
         if model.available and model.is_ensemble:
-            is_decoupled(name, frozenset())
+            _mark(model, member, frozenset({model.name}))
+
+
+def mark_decoupled_ensembles(
+    ensemble: RepositoryModel, members: Mapping[str, RepositoryModel | None]
+) -> None:
+    """Core's ensemble completion for one ensemble and its scanned ``members`` (every
+    member, nested ensembles' included): decoupled when any step model is."""
+    _mark(ensemble, members.get, frozenset({ensemble.name}))
+
+
+def _mark(
+    model: RepositoryModel,
+    member: Callable[[str], RepositoryModel | None],
+    visiting: frozenset[str],
+) -> bool:
+    """Whether ``model`` is decoupled; an ensemble's flag is set from its steps' on the way."""
+    config = model.config
+    if config is None:
+        return False
+    if not model.is_ensemble:
+        return config.model_transaction_policy.decoupled
+    decoupled = False
+    for step in config.ensemble_scheduling.step:
+        found = member(step.model_name)
+        if found is not None and step.model_name not in visiting:
+            decoupled |= _mark(found, member, visiting | {step.model_name})
+    config.model_transaction_policy.decoupled = decoupled
+    return decoupled
 
 
 def scan_model(

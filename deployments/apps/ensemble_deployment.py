@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.served_model import ServedModel
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.response_stream import StreamedResponse
 
 
 @dataclass
@@ -53,9 +54,14 @@ class TritonEnsemble(ServedModelDeployment):
         config.ParseFromString(spec.config_bytes)
 
         def load() -> ServedModel:
-            return EnsembleModel(config, spec.versions, spec.labels, self._call_member)
+            return EnsembleModel(
+                config, spec.versions, spec.labels, self._call_member, self._stream_member
+            )
 
         return load
 
     async def _call_member(self, request: InferRequest) -> InferResponse:
         return await self._members.infer(request.model_name, request)
+
+    def _stream_member(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        return self._members.infer_stream(request.model_name, request)

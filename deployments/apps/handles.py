@@ -139,6 +139,10 @@ class ModelHandles:
             return await asyncio.wait_for(response, timeout_s)
         except RayActorError as err:  # the replica's process went (a crash, a kill)
             raise _replica_gone(model, err) from None
+        except asyncio.TimeoutError:
+            # A fresh handle next time: its router is new (see repository_access._read)
+            self.forget(model)
+            raise
 
 
 async def _streamed(model: str, replies: DeploymentResponseGenerator) -> AsyncIterator[Any]:

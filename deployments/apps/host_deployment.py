@@ -120,7 +120,13 @@ class TritonModelHost(HttpIngress, ControlledReplica):
             config.ParseFromString(ensemble.config_bytes)
 
             def load_ensemble() -> ServedModel:
-                return EnsembleModel(config, ensemble.versions, ensemble.labels, self._call_member)
+                return EnsembleModel(
+                    config,
+                    ensemble.versions,
+                    ensemble.labels,
+                    self._call_member,
+                    self._stream_member,
+                )
 
             return spec_generation(entry["spec"]), load_ensemble
         spec = ModelSpec.from_user_config(entry["spec"])
@@ -159,6 +165,12 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         if slot is not None:
             return await slot.infer(request)  # a member in this process: no hop
         return await self._members.infer(request.model_name, request)
+
+    def _stream_member(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        slot = self._ready_slot(request.model_name)
+        if slot is not None:
+            return slot.infer_stream(request)
+        return self._members.infer_stream(request.model_name, request)
 
     # ------------------------------------------------------------------ HTTP
 

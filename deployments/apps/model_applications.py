@@ -19,7 +19,7 @@ from deployments.apps.ensemble_deployment import EnsembleSpec, TritonEnsemble
 from deployments.apps.host_deployment import HOST_DEPLOYMENT_NAME, TritonModelHost, hosted_entry
 from deployments.apps.model_deployment import ModelSpec, TritonModel
 from deployments.apps.router_deployment import RouterSpec, TritonModelRouter
-from deployments.apps.sequence_directory import sequence_deployment_options
+from deployments.apps.sequence_directory import routes_sequences, sequence_deployment_options
 from deployments.core.server_core import SERVER_VERSION
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from repo_adapter.errors import InferenceServerError
@@ -61,7 +61,7 @@ def model_application(
         ).bind(model.name, max_input_size)
     assert model.config is not None
     # A sequence model's replicas share a directory of their sequences and route by it.
-    sequences = sequence_deployment_options() if model.config.HasField("sequence_batching") else {}
+    sequences = sequence_deployment_options() if routes_sequences(model.config) else {}
     groups = {
         group.name: _versioned(
             TritonModel.options(

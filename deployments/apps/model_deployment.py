@@ -31,7 +31,7 @@ from deployments.apps.http_ingress import HttpIngress
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import cluster_server_core
-from deployments.apps.sequence_directory import replica_sequence_routing
+from deployments.apps.sequence_directory import replica_sequence_routing, routes_sequences
 from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.model_slot import ModelSlot, SlotStatus
 from deployments.core.served_model import ModelMetadata, ServedModel
@@ -317,7 +317,7 @@ class TritonModel(ServedModelDeployment):
         spec = ModelSpec.from_user_config(user_config)
         instance = _instance(spec)
         config = spec.config()
-        if config.HasField("sequence_batching") and self.slot.sequences is None:
+        if routes_sequences(config) and self.slot.sequences is None:
             idle_s = config.sequence_batching.max_sequence_idle_microseconds / 1e6
             self.slot.sequences = replica_sequence_routing(spec.name, idle_s)
 

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from ray import serve
 
@@ -12,13 +14,16 @@ from deployments.core.server_core import RepositoryView, ServerCore
 from deployments.observability.log_settings import LogSettingsDocument
 from deployments.observability.status import StatusDocument
 from deployments.observability.trace_settings import TraceSettingsDocument
+from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import JsonObject
 from repo_adapter.live_repository import IndexEntry
 
 # The controller's deployment and application (it lives in the server application).
 CONTROLLER_APP_NAME = "rayton-server"
 CONTROLLER_DEPLOYMENT_NAME = "repository"
-_VIEW_TIMEOUT_S = 10.0
+T = TypeVar("T")
+# How long a read of the controller's state may take (loads and unloads are not bounded).
+READ_TIMEOUT_S = 10.0
 
 
 class _ControllerHandle:
@@ -33,18 +38,31 @@ class _ControllerHandle:
             )
         return self._handle
 
+    async def _read(self, call: Callable[[Any], Awaitable[T]]) -> T:
+        """``call(handle)``, bounded. A handle whose call did not return in time is replaced:
+        a Serve router that stopped hearing from Serve's controller never routes again, and
+        a new handle has a router of its own (one CI run's server stayed not ready that way)."""
+        try:
+            return await asyncio.wait_for(call(self.handle), READ_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            self._handle = None
+            raise InferenceServerError(
+                f"the repository controller did not answer within {READ_TIMEOUT_S:.0f} s",
+                StatusCode.UNAVAILABLE,
+            ) from None
+
 
 class ControllerRepository(_ControllerHandle):
     """:class:`~deployments.core.server_core.Repository` on the controller's deployment handle."""
 
     async def view(self) -> RepositoryView:
-        return await self.handle.view.remote()
+        return await self._read(lambda handle: handle.view.remote())
 
     async def index(self, ready_only: bool) -> list[IndexEntry]:
-        return await self.handle.index.remote(ready_only)
+        return await self._read(lambda handle: handle.index.remote(ready_only))
 
     async def status(self) -> StatusDocument:
-        return await self.handle.status.remote()
+        return await self._read(lambda handle: handle.status.remote())
 
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None:
         await self.handle.load.remote(model, config, files)
@@ -57,7 +75,7 @@ class ControllerSettings(_ControllerHandle):
     """:class:`~deployments.core.server_core.RuntimeSettings` on the controller's handle."""
 
     async def log_settings(self) -> LogSettingsDocument:
-        return await self.handle.log_settings.remote()
+        return await self._read(lambda handle: handle.log_settings.remote())
 
     async def update_log_settings(self, changes: JsonObject) -> LogSettingsDocument:
         return await self.handle.update_log_settings.remote(changes)

@@ -32,7 +32,9 @@ from ray.exceptions import RayActorError
 from ray.serve.config import DeploymentActorConfig, RequestRouterConfig
 from ray.serve.handle import DeploymentHandle
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+from tritonclient.grpc import model_config_pb2 as mc
 
+from cluster.serve_internals import haproxy_ingress
 from deployments.core.sequence_routing import (
     SequenceRouting,
     route_sequence_name,
@@ -78,6 +80,13 @@ class SequenceDirectoryActor:
 
     def size(self) -> int:
         return len(self._owners)
+
+
+def routes_sequences(config: mc.ModelConfig) -> bool:
+    """Whether a model's replicas route its sequences to each other: a sequence model's do,
+    except behind HAProxy, where Serve refuses an ingress deployment a request router of its
+    own (the placement then gives the model one replica)."""
+    return config.HasField("sequence_batching") and not haproxy_ingress()
 
 
 def sequence_deployment_options() -> dict[str, Any]:

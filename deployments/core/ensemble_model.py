@@ -5,13 +5,19 @@ Each step is a call of ``call_member``, which in a replica is an ``infer`` on th
 deployment (:mod:`deployments.apps.ensemble_deployment`), so the member's dynamic batcher and
 replicas apply, exactly as Triton sends ensemble steps through each member's scheduler.
 Tensors stay numpy between steps. Ray-free: unit tests pass plain async functions as members.
+
+An ensemble with a decoupled member is decoupled too (the repository scan marks it, as Triton's
+core does): it answers through :meth:`EnsembleModel.infer_stream`, each step's responses read
+as a stream (``stream_member``), and each response of a step that sends several runs the steps
+after it again, so the ensemble sends one response per branch, the last one final.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -27,7 +33,7 @@ from deployments.observability.statistics import (
 from deployments.observability.tracing import TRACER, child_trace
 from repo_adapter.config import ConfigDocument, config_to_json_dict
 from repo_adapter.ensemble import EnsembleStep, ensemble_steps
-from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
 from repo_adapter.inference_types import (
     ComputeTimes,
     InferRequest,
@@ -37,8 +43,10 @@ from repo_adapter.inference_types import (
 )
 from repo_adapter.model_state import ModelState, VersionState, VersionStates
 from repo_adapter.request_validation import RequestValidator, model_not_found
+from repo_adapter.response_stream import StreamedResponse
 
 MemberCall = Callable[[InferRequest], Awaitable[InferResponse]]
+MemberStream = Callable[[InferRequest], AsyncIterator[StreamedResponse]]
 
 
 class EnsembleModel:
@@ -50,13 +58,18 @@ class EnsembleModel:
         versions: list[int],
         labels: dict[str, list[str]],
         call_member: MemberCall,
+        stream_member: MemberStream | None = None,
     ) -> None:
+        """``call_member`` runs a step; ``stream_member`` reads a step's responses (a decoupled
+        ensemble's steps; None: this ensemble is not served decoupled)."""
         self.config = config
         self.name = config.name
         self.labels = labels
         self.versions = versions
         self._steps = ensemble_steps(config)
         self._call_member = call_member
+        self._stream_member = stream_member
+        self.decoupled = config.model_transaction_policy.decoupled
         self._validator = RequestValidator(config)
         self._config_json = config_to_json_dict(config)
         self._batching = config.max_batch_size > 0
@@ -102,6 +115,13 @@ class EnsembleModel:
         ]
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        """Run the steps; the ensemble's response.
+
+        Raises:
+            DecoupledModelError: a member is decoupled (:meth:`infer_stream` reads it).
+        """
+        if self.decoupled:
+            raise DecoupledModelError(self.name)
         arrival_ns = time.monotonic_ns()
         version = self._version(request.model_version)
         rows = self._validator.validate(request)
@@ -131,6 +151,150 @@ class EnsembleModel:
         response = self._response(request, version, tensors)
         response.compute = compute  # an ensemble over this one sums these too
         return response
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
+        """The ensemble's responses: one per branch of a decoupled ensemble, the last final
+        (a flag alone when no branch reached the outputs); a plain ensemble's one response."""
+        if not self.decoupled:
+            yield StreamedResponse(await self.infer(request), True)
+            return
+        if self._stream_member is None:
+            raise InferenceServerError(
+                f"ensemble '{self.name}' has a decoupled member, which this host does not stream",
+                StatusCode.UNSUPPORTED,
+            )
+        arrival_ns = time.monotonic_ns()
+        version = self._version(request.model_version)
+        rows = self._validator.validate(request)
+        statistics = self._statistics[version]
+        start_ns = time.monotonic_ns()
+        computes: list[ComputeTimes] = []  # the members' compute times, summed at the end
+        held: InferResponse | None = None  # sent once the next one (or the end) is known
+        try:
+            tensors = {t.name: t for t in request.inputs}
+            async for branch in self._flow(request, tensors, list(self._steps), computes):
+                if held is not None:
+                    yield StreamedResponse(held, False)
+                held = self._response(request, version, branch)
+        except BaseException as err:
+            cancelled = isinstance(err, (asyncio.CancelledError, GeneratorExit))
+            statistics.record_failure(arrival_ns, CANCELED if cancelled else OTHER)
+            raise
+        compute = sum(computes, ComputeTimes())
+        statistics.record_composed(
+            start_ns, time.monotonic_ns(), compute, [RequestOutcome(arrival_ns, rows, False)]
+        )
+        yield StreamedResponse(held, True)
+
+    async def _flow(
+        self,
+        request: InferRequest,
+        tensors: dict[str, InferTensor],
+        remaining: list[EnsembleStep],
+        computes: list[ComputeTimes],
+    ) -> AsyncIterator[dict[str, InferTensor]]:
+        """The ensemble's tensors once every step ran, for each branch: the ready steps run
+        together; a step that answers with several responses runs what follows once each."""
+        assert self._stream_member is not None
+        while remaining:
+            ready = [step for step in remaining if _inputs_ready(step, tensors)]
+            if not ready:
+                raise InferenceServerError(
+                    f"in ensemble '{self.name}', unexpected deadlock, at least one output is "
+                    "not set while no more ensemble steps can be made",
+                    StatusCode.INTERNAL,
+                )
+            for step in ready:
+                remaining.remove(step)
+            streams = [self._stream_member(_step_request(s, request, tensors)) for s in ready]
+            try:
+                branching = await self._first_responses(ready, streams, tensors, computes)
+            except BaseException:
+                await _close_all(streams)
+                raise
+            if branching is None:
+                return  # a step that sent no response at all: this branch ends here
+            if not branching:
+                continue
+            step, stream, item = branching[0]
+            try:
+                while item is not None:
+                    if item.result is not None:
+                        branch = dict(tensors)
+                        self._merge(step, item, branch, computes)
+                        async for done in self._flow(request, branch, list(remaining), computes):
+                            yield done
+                    if item.final:
+                        break
+                    item = await self._next(stream)
+            finally:
+                await _close_all([stream])  # a client gone, an error: the member stops too
+            return
+        yield tensors
+
+    async def _first_responses(
+        self,
+        ready: list[EnsembleStep],
+        streams: list[AsyncIterator[StreamedResponse]],
+        tensors: dict[str, InferTensor],
+        computes: list[ComputeTimes],
+    ) -> list[tuple[EnsembleStep, AsyncIterator[StreamedResponse], StreamedResponse]] | None:
+        """Read each ready step's first response: a step's one response goes into
+        ``tensors``; the step that sends more is returned with its stream (None: a step sent
+        no response at all).
+
+        Raises:
+            InferenceServerError: a step's error, or two steps sending several responses.
+        """
+        firsts = await asyncio.gather(*(self._next(stream) for stream in streams))
+        if any(first is None or (first.final and first.result is None) for first in firsts):
+            await _close_all(streams)
+            return None
+        branching = []
+        for step, stream, first in zip(ready, streams, firsts, strict=True):
+            assert first is not None
+            if first.final:
+                self._merge(step, first, tensors, computes)  # a step's one response
+            else:
+                branching.append((step, stream, first))
+        if len(branching) > 1:
+            raise InferenceServerError(
+                f"in ensemble '{self.name}', decoupled steps "
+                f"{', '.join(repr(s.model_name) for s, _, _ in branching)} run side by side, "
+                "which rayton does not branch over",
+                StatusCode.UNSUPPORTED,
+            )
+        return branching
+
+    async def _next(self, stream: AsyncIterator[StreamedResponse]) -> StreamedResponse | None:
+        """A step's next response (None: its stream ended), its errors as the ensemble's."""
+        try:
+            return await anext(stream)
+        except StopAsyncIteration:
+            return None
+        except Exception as err:
+            raise self._step_error(err) from None
+
+    def _merge(
+        self,
+        step: EnsembleStep,
+        item: StreamedResponse,
+        tensors: dict[str, InferTensor],
+        computes: list[ComputeTimes],
+    ) -> None:
+        """Add a step's response to ``tensors`` and its compute times to ``computes`` (its
+        error fails the ensemble request)."""
+        if isinstance(item.result, InferenceServerError):
+            raise self._step_error(item.result)
+        if item.result is None:
+            return
+        response = item.result
+        if response.compute is not None:
+            computes.append(response.compute)
+        for member_output, ensemble_name in step.output_map.items():
+            tensor = response.output(member_output)
+            if tensor is not None:
+                tensors[ensemble_name] = InferTensor(ensemble_name, tensor.datatype, tensor.data)
 
     # ------------------------------------------------------------------ dataflow
 
@@ -179,14 +343,16 @@ class EnsembleModel:
     def _step_result(self, task: asyncio.Task) -> InferResponse:
         try:
             return task.result()
-        except InferenceServerError as err:
-            raise InferenceServerError(
-                f"in ensemble '{self.name}', {err.message}", err.code
-            ) from None
         except Exception as err:
-            raise InferenceServerError(
-                f"in ensemble '{self.name}', {type(err).__name__}: {err}", StatusCode.INTERNAL
-            ) from None
+            raise self._step_error(err) from None
+
+    def _step_error(self, err: Exception) -> InferenceServerError:
+        """A member's error as the ensemble reports it."""
+        if isinstance(err, InferenceServerError):
+            return InferenceServerError(f"in ensemble '{self.name}', {err.message}", err.code)
+        return InferenceServerError(
+            f"in ensemble '{self.name}', {type(err).__name__}: {err}", StatusCode.INTERNAL
+        )
 
     def _response(
         self, request: InferRequest, version: int, tensors: dict[str, InferTensor]
@@ -208,6 +374,15 @@ class EnsembleModel:
             "sequence_end": bool(request.parameters.get("sequence_end", False)),
         }
         return InferResponse(self.name, str(version), outputs, id=request.id, parameters=parameters)
+
+
+async def _close_all(streams: list[AsyncIterator[StreamedResponse]]) -> None:
+    """Close step streams this ensemble stops reading."""
+    for stream in streams:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
 def _inputs_ready(step: EnsembleStep, tensors: dict[str, InferTensor]) -> bool:

@@ -253,8 +253,10 @@ class ModelSlot:
         model = self._model_for(request)
         with self._running_on(model):
             if isinstance(model, StreamingModel):
-                async for item in model.infer_stream(request):
-                    yield item
+                # closed with this stream: the model's request ends when its reader stops
+                async with contextlib.aclosing(model.infer_stream(request)) as items:
+                    async for item in items:
+                        yield item
             elif model.config.model_transaction_policy.decoupled:
                 raise InferenceServerError(
                     f"model '{self.name}' is decoupled through its members, which rayton "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Protocol
 
 from repo_adapter.errors import InferenceServerError, StatusCode
@@ -126,12 +127,14 @@ class SequenceRouting:
         """``request``'s responses (a decoupled model's), from wherever its sequence is."""
         sequence, owner = await self._place(request)
         if owner is not None:
-            async for item in self._forwarder.forward_stream(owner, request):
-                yield item
+            async with aclosing(self._forwarder.forward_stream(owner, request)) as items:
+                async for item in items:
+                    yield item
             return
         try:
-            async for item in here(request):
-                yield item
+            async with aclosing(here(request)) as items:
+                async for item in items:
+                    yield item
         finally:
             self._after(sequence, request)
 
@@ -151,8 +154,9 @@ class SequenceRouting:
         """A streamed request another replica forwarded to ``sent_to``, run here."""
         self._check_forwarded(request, sent_to)
         try:
-            async for item in here(request):
-                yield item
+            async with aclosing(here(request)) as items:
+                async for item in items:
+                    yield item
         finally:
             self._after(sequence_name(request), request)
 

@@ -27,6 +27,7 @@ from deployments.observability.tracing import TRACER, child_trace
 from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, model_backend_class
 from repo_adapter.config import ConfigDocument, config_to_json_dict
 from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
+from repo_adapter.implicit_state import implicit_states
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
 from repo_adapter.model_state import ModelState, VersionState, VersionStates
 from repo_adapter.request_validation import RequestValidator, model_not_found, reshaped
@@ -101,6 +102,7 @@ class SingleModel:
         backends: list[Backend] = []
         started = time.monotonic()
         try:
+            states = implicit_states(model.config, model.model_dir)  # a sequence model's
             for instance in instances:
                 backend = model_backend_class(model).for_instance(model, instance)
                 backends.append(backend)
@@ -128,7 +130,7 @@ class SingleModel:
             model.version, backends, batcher, statistics, time.monotonic() - started
         )
         if model.config.HasField("sequence_batching"):
-            runner.sequences = SequenceBatcher(self.name, model.config, batcher.submit)
+            runner.sequences = SequenceBatcher(self.name, model.config, batcher.submit, states)
         self.runners[model.version] = runner
 
     # ------------------------------------------------------------------ lookups

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from deployments.core.served_model import ServedModel, StreamingModel
@@ -29,6 +29,7 @@ from deployments.observability.trace_settings import TraceSettingsDocument
 from deployments.observability.tracing import TRACER
 from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
 from repo_adapter.inference_types import JsonObject
+from repo_adapter.request_trace import RequestTrace
 from repo_adapter.response_stream import StreamedResponse
 
 logger = logging.getLogger(__name__)
@@ -149,13 +150,22 @@ class ModelHttpEndpoints:
                 f"model '{served.name}' does not serve the generate extension",
                 StatusCode.UNSUPPORTED,
             )
-        responses = served.infer_stream(generate_request(request.body, served.config, version))
+        infer_request = generate_request(request.body, served.config, version)
+        trace = infer_request.trace = TRACER.start(served.name, infer_request.id)
+        if trace is not None:
+            trace.stamp("HTTP_RECV_START", request.received_ns or time.monotonic_ns())
+            trace.stamp("HTTP_RECV_END", request.read_ns or time.monotonic_ns())
+        responses = served.infer_stream(infer_request)
         try:
             first = await anext(responses)  # the request's own errors raise here
         except BaseException:
             await responses.aclose()
+            if trace is not None:
+                TRACER.finish(trace)
             raise
         rest = _prepended(first, responses)
+        if trace is not None:
+            rest = _traced_sends(rest, trace)
         if stream:
             return await generate_stream_reply(rest)
         return await generate_reply(rest)
@@ -203,9 +213,26 @@ class ModelHttpEndpoints:
         return HttpReply(200, payload, headers)
 
 
+async def _traced_sends(
+    responses: AsyncGenerator[StreamedResponse, None], trace: RequestTrace
+) -> AsyncIterator[StreamedResponse]:
+    """``responses``, with the trace's sends stamped around them and the trace finished once
+    the last one went (or the client left)."""
+    trace.stamp("HTTP_SEND_START")
+    try:
+        async for item in responses:
+            yield item
+            if item.final:
+                break
+    finally:
+        await responses.aclose()  # the model's side ends (REQUEST_END) before the send's
+        trace.stamp("HTTP_SEND_END")
+        TRACER.finish(trace)
+
+
 async def _prepended(
     first: StreamedResponse, rest: AsyncIterator[StreamedResponse]
-) -> AsyncIterator[StreamedResponse]:
+) -> AsyncGenerator[StreamedResponse, None]:
     """``first``, then ``rest`` (closed with this iterator)."""
     try:
         yield first

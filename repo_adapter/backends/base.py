@@ -24,6 +24,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from repo_adapter.backends.backend_files import is_python_based
 from repo_adapter.datatypes import config_to_protocol, protocol_to_numpy
 from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.implicit_state import backend_inputs, backend_outputs
 from repo_adapter.inference_types import (
     BackendReports,
     ComputeTimes,
@@ -190,11 +191,16 @@ class TensorBackend(Backend):
             max_workers=1, thread_name_prefix=f"{instance.name}-exec"
         )
         self._mean_execution_s: float | None = None  # unknown until the first execution
-        # The config's inputs, then a sequence model's control inputs (the scheduler adds them)
-        self._input_names = [tensor.name for tensor in self.config.input] + [
-            control.name for control in self.config.sequence_batching.control_input
-        ]
-        self._output_configs = {tensor.name: tensor for tensor in self.config.output}
+        # The config's inputs, then a sequence model's control and state inputs (the sequence
+        # batcher adds them); the config's outputs, then its state outputs
+        self._input_names = (
+            [tensor.name for tensor in self.config.input]
+            + [control.name for control in self.config.sequence_batching.control_input]
+            + backend_inputs(self.config)
+        )
+        self._output_configs = {
+            tensor.name: tensor for tensor in [*self.config.output, *backend_outputs(self.config)]
+        }
 
     @abc.abstractmethod
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

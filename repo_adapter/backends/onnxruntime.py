@@ -24,6 +24,7 @@ from repo_adapter.backends.model_io import (
     complete_config,
 )
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
+from repo_adapter.implicit_state import backend_inputs, backend_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class OnnxRuntimeBackend(TensorBackend):
         self._session = None
         self._run_options = None
         self._scalar_inputs: set[str] = set()
-        self._outputs = [tensor.name for tensor in self.config.output]
+        self._outputs = list(self._output_configs)
         self._text_in = {t.name for t in self.config.input if t.data_type == mc.TYPE_STRING}
         self._text_out = {t.name for t in self.config.output if t.data_type == mc.TYPE_STRING}
 
@@ -309,7 +310,10 @@ def _infos(config: mc.ModelConfig, args: Sequence) -> dict[str, TensorInfo]:
 
 def _validate(config: mc.ModelConfig, session) -> None:
     """Triton's ValidateInputs/ValidateOutputs: the config must describe the model."""
-    inputs = _infos(config, session.get_inputs())
+    # A sequence model's control and state inputs are the sequence batcher's to fill
+    filled = {control.name for control in config.sequence_batching.control_input}
+    filled.update(backend_inputs(config))
+    inputs = {n: i for n, i in _infos(config, session.get_inputs()).items() if n not in filled}
     required = [t for t in config.input if not t.optional]
     if len(inputs) != len(required):
         raise ModelConfigError(
@@ -324,7 +328,8 @@ def _validate(config: mc.ModelConfig, session) -> None:
             )
     inputs.update(_infos(config, session.get_overridable_initializers()))
     check_tensors(config, "input", config.input, inputs)
-    check_tensors(config, "output", config.output, _infos(config, session.get_outputs()))
+    outputs = _infos(config, session.get_outputs())
+    check_tensors(config, "output", [*config.output, *backend_outputs(config)], outputs)
 
 
 def _to_text(name: str, array: np.ndarray) -> np.ndarray:

@@ -46,6 +46,7 @@ from repo_adapter.backends.python_stub import PythonStubBackend
 from repo_adapter.config import config_to_json_dict, config_to_json_text
 from repo_adapter.datatypes import config_to_protocol
 from repo_adapter.errors import InferenceServerError, ModelConfigError, StatusCode
+from repo_adapter.implicit_state import backend_outputs
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
 from repo_adapter.python_backend import execution_env, model_loader, runtime
 from repo_adapter.python_backend.dtypes import as_protocol_array, enum_to_protocol
@@ -140,10 +141,10 @@ class PythonBackend(Backend):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._running: _Outcomes | None = None  # the requests the worker is executing
-        self._output_datatypes = {
-            o.name: config_to_protocol(o.data_type) for o in self.config.output
-        }
-        self._default_outputs = [o.name for o in self.config.output]
+        # The config's outputs, then a sequence model's state outputs (kept by the server)
+        outputs = [*self.config.output, *backend_outputs(self.config)]
+        self._output_datatypes = {o.name: config_to_protocol(o.data_type) for o in outputs}
+        self._default_outputs = [o.name for o in outputs]
         self._decoupled = self.config.model_transaction_policy.decoupled
 
     @classmethod

@@ -227,3 +227,17 @@ def test_a_sequence_model_runs_its_instances_without_autoscaling_and_says_why():
         config("max_batch_size: 4 sequence_batching { } instance_group [ { kind: KIND_CPU } ]")
     )
     assert single.only.num_replicas == 1 and single.notes == []
+
+
+def test_behind_haproxy_a_sequence_model_keeps_one_replica_and_says_why(monkeypatch):
+    import cluster.placement
+
+    monkeypatch.setattr(cluster.placement, "haproxy_ingress", lambda: True)
+    placement = placement_for(
+        config("max_batch_size: 4 sequence_batching { } instance_group [ { count: 2 } ]")
+    )
+    assert placement.only.num_replicas == 1
+    assert placement.notes == [
+        "a sequence model runs one replica behind HAProxy (rayton serve's default ingress); "
+        "RAY_SERVE_ENABLE_HA_PROXY=0 (Serve's proxy) routes sequences across replicas"
+    ]

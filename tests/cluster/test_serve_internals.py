@@ -65,6 +65,10 @@ def test_ray_still_resolves_localhost_through_a_replaceable_helper():
     assert services.resolve_ip_for_localhost is original
 
 
+def test_serve_still_says_whether_haproxy_fronts_the_ingress():
+    assert serve_internals.haproxy_ingress() in (True, False)
+
+
 def test_token_auth_is_still_readable():
     from ray._private.authentication import authentication_utils
 

@@ -72,6 +72,46 @@ class TritonPythonModel:
 """
 
 
+# An ensemble over the decoupled python model: each of its responses, doubled.
+ENSEMBLE_MODEL = "decoupled_pipeline"
+DOUBLE_MODEL = "double_it"
+DOUBLE_CONFIG = """\
+name: "double_it"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]
+"""
+DOUBLE_MODEL_PY = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)]
+            )
+            for r in requests
+        ]
+"""
+ENSEMBLE_CONFIG = """\
+name: "decoupled_pipeline"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "N", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "decoupled" model_version: -1
+      input_map { key: "INPUT0" value: "N" } output_map { key: "OUTPUT0" value: "MID" } },
+    { model_name: "double_it" model_version: -1
+      input_map { key: "X" value: "MID" } output_map { key: "Y" value: "OUT" } }
+  ]
+}
+"""
+
+
 def count(value: float) -> list[TensorSpec]:
     return [TensorSpec("INPUT0", np.array([value], np.float32), "FP32", True)]
 
@@ -140,6 +180,36 @@ def _(t: Target) -> Any:
 @case("decoupled_stats", "decoupled", "statistics of the decoupled python model")
 def _(t: Target) -> Any:
     return t.client.statistics(PYTHON_MODEL)
+
+
+def ensemble_count(value: float) -> list[TensorSpec]:
+    return [TensorSpec("N", np.array([value], np.float32), "FP32", True)]
+
+
+@case("ensemble_decoupled_config", "decoupled", "an ensemble over a decoupled model: /config")
+def _(t: Target) -> Any:
+    return t.client.model_config(ENSEMBLE_MODEL)
+
+
+@case("ensemble_decoupled_infer", "decoupled", "that ensemble: infer / ModelInfer refused")
+def _(t: Target) -> Any:
+    return t.client.infer(ENSEMBLE_MODEL, ensemble_count(1))
+
+
+@case("ensemble_decoupled_stream", "decoupled", "that ensemble streamed: a response per response")
+def _(t: Target) -> Any:
+    requests = [
+        StreamRequest(ensemble_count(3), "three"),
+        StreamRequest(ensemble_count(2), "two_asked", True),
+        StreamRequest(ensemble_count(0), "zero_asked", True),
+        StreamRequest(ensemble_count(-1), "negative"),
+    ]
+    return streamed(t, ENSEMBLE_MODEL, requests, 7)
+
+
+@case("ensemble_decoupled_stats", "decoupled", "that ensemble's statistics")
+def _(t: Target) -> Any:
+    return t.client.statistics(ENSEMBLE_MODEL)
 
 
 def generate(t: Target, model: str, body: Any, stream: bool = False, path: str = "") -> Any:

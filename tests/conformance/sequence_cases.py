@@ -1,7 +1,8 @@
 """The requests both servers receive for sequence models: ``sequence_sum`` (the python model
 of ``tests/deployments/model_repository``: each sequence's running sum and what the sequence
-batcher gave it, its control inputs and flags) with the ``oldest`` strategy, and the same
-model with ``direct``."""
+batcher gave it, its control inputs and flags) with the ``oldest`` strategy, the same
+model with ``direct``, and ``sequence_state`` (implicit state: an initial state from a file,
+one of variable dims, a state output the config lists and one it does not)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,29 @@ def _register(model: str, base: int) -> None:
 
 for _index, _model in enumerate(MODELS):
     _register(_model, 1000 * (_index + 1))
+
+
+def state_step(t: Target, number: int, sequence_id: int, **flags: bool) -> Any:
+    sequence = {"sequence_id": sequence_id, **{f"sequence_{k}": v for k, v in flags.items()}}
+    return t.client.infer("sequence_state", value(number), sequence=sequence)
+
+
+@SEQUENCE_REGISTRY.case("state_config", "sequence", "sequence_state: /config with its states")
+def _(t: Target) -> Any:
+    return t.client.model_config("sequence_state")
+
+
+@SEQUENCE_REGISTRY.case(
+    "state_steps", "sequence", "sequence_state: three requests: the state each one saw"
+)
+def _(t: Target) -> Any:
+    return [
+        state_step(t, 1, 3001, start=True),
+        state_step(t, 2, 3001),
+        state_step(t, 3, 3001, end=True),
+    ]
+
+
+@SEQUENCE_REGISTRY.case("state_no_id", "sequence", "sequence_state: no correlation ID")
+def _(t: Target) -> Any:
+    return t.client.infer("sequence_state", value(1))

@@ -21,9 +21,14 @@ from tests.conformance.checks import (
 )
 from tests.conformance.decoupled_cases import (
     DECOUPLED_REGISTRY,
+    DOUBLE_CONFIG,
+    DOUBLE_MODEL,
+    DOUBLE_MODEL_PY,
     ECHO_CONFIG,
     ECHO_MODEL,
     ECHO_MODEL_PY,
+    ENSEMBLE_CONFIG,
+    ENSEMBLE_MODEL,
     NATIVE_CONFIG,
     NATIVE_MODEL,
     PYTHON_MODEL,
@@ -49,6 +54,11 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
     (repository / ECHO_MODEL / "1").mkdir(parents=True)
     (repository / ECHO_MODEL / "config.pbtxt").write_text(ECHO_CONFIG)
     (repository / ECHO_MODEL / "1" / "model.py").write_text(ECHO_MODEL_PY)
+    (repository / DOUBLE_MODEL / "1").mkdir(parents=True)
+    (repository / DOUBLE_MODEL / "config.pbtxt").write_text(DOUBLE_CONFIG)
+    (repository / DOUBLE_MODEL / "1" / "model.py").write_text(DOUBLE_MODEL_PY)
+    (repository / ENSEMBLE_MODEL / "1").mkdir(parents=True)
+    (repository / ENSEMBLE_MODEL / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     with both_serving(serve_cluster, repository, DECOUPLED_REGISTRY) as observed:
         yield observed
 

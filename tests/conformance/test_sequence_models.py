@@ -22,7 +22,8 @@ from tests.conformance.sequence_cases import SEQUENCE_REGISTRY
 
 pytestmark = [pytest.mark.reference, pytest.mark.cluster]
 
-SEQUENCE_SUM = Path(__file__).parents[1] / "deployments" / "model_repository" / "sequence_sum"
+MODELS = Path(__file__).parents[1] / "deployments" / "model_repository"
+SEQUENCE_SUM = MODELS / "sequence_sum"
 HTTP_CASES = SEQUENCE_REGISTRY.for_protocol("http")
 GRPC_CASES = SEQUENCE_REGISTRY.for_protocol("grpc")
 ENTRIES = ALLOWED + SEQUENCE_ALLOWED
@@ -33,6 +34,7 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
     repository = tmp_path_factory.mktemp("sequence-conformance") / "repository"
     shutil.copytree(SEQUENCE_SUM, repository / "sequence_sum")
     shutil.copytree(SEQUENCE_SUM, repository / "sequence_direct")
+    shutil.copytree(MODELS / "sequence_state", repository / "sequence_state")
     config = repository / "sequence_direct" / "config.pbtxt"
     text = config.read_text().replace('name: "sequence_sum"', 'name: "sequence_direct"')
     config.write_text(text.replace("oldest { max_candidate_sequences: 4 ", "direct { "))

@@ -15,9 +15,13 @@ a string) with ``sequence_start`` / ``sequence_end`` flags. Here, as Triton's sc
   the correlation id in its ``data_type``, each of shape ``[1]`` (``[rows, 1]`` for a
   batching model).
 
+Implicit state (``state``, :mod:`repo_adapter.implicit_state`) is kept per sequence: each
+request gets its state inputs (a START the initial state, the others the state outputs of the
+sequence's previous request), and a state output reaches the client only where the config
+lists it.
+
 The ``direct`` and ``oldest`` strategies both batch the ready sequences' next requests; a
-``direct`` sequence is not pinned to one batch slot of one instance. Implicit state
-(``state``) is not kept by this scheduler.
+``direct`` sequence is not pinned to one batch slot of one instance.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.datatypes import config_to_protocol, protocol_to_numpy
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
+from repo_adapter.implicit_state import ImplicitState
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 Control = mc.ModelSequenceBatching.Control
 # (request, its batch rows) -> its response, through the version's dynamic batcher
@@ -78,15 +83,24 @@ class _Sequence:
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_active: float = field(default_factory=time.monotonic)
     queued: int = 0  # requests holding or waiting for the turn
+    state: dict[str, InferTensor] = field(default_factory=dict)  # implicit state, by input
 
 
 class SequenceBatcher:
     """The sequences of one model version in this replica, in front of its batcher."""
 
-    def __init__(self, model_name: str, config: mc.ModelConfig, submit: Submit) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        config: mc.ModelConfig,
+        submit: Submit,
+        states: list[ImplicitState] | None = None,
+    ) -> None:
         self._model_name = model_name
         self._batching = config.max_batch_size > 0
         self._controls = control_inputs(config)
+        self._states = states or []
+        self._listed_outputs = {output.name for output in config.output}
         self._idle_s = config.sequence_batching.max_sequence_idle_microseconds / 1e6
         self._submit = submit
         self._sequences: dict[SequenceKey, _Sequence] = {}
@@ -122,12 +136,44 @@ class SequenceBatcher:
         try:
             async with sequence.turn:
                 request.inputs.extend(self._control_tensors(correlation_id, start, end, rows))
-                return await self._submit(request, rows)
+                if not self._states:
+                    return await self._submit(request, rows)
+                return await self._submit_with_state(request, rows, sequence, start)
         finally:
             sequence.queued -= 1
             sequence.last_active = time.monotonic()
             if end and not sequence.queued and self._sequences.get(key) is sequence:
                 del self._sequences[key]
+
+    async def _submit_with_state(
+        self, request: InferRequest, rows: int, sequence: _Sequence, start: bool
+    ) -> InferResponse:
+        """Run ``request`` with its sequence's state inputs; keep its state outputs."""
+        if start:
+            sequence.state.clear()
+        for state in self._states:
+            kept = sequence.state.get(state.input_name)
+            request.inputs.append(kept or state.start_tensor(rows, self._batching))
+        asked = request.outputs
+        hidden = set()  # state outputs produced for the server, not for the client
+        if asked:
+            named = {output.name for output in asked}
+            hidden = {s.output_name for s in self._states if s.output_name not in named}
+            request.outputs = asked + [RequestedOutput(name) for name in sorted(hidden)]
+        hidden |= {s.output_name for s in self._states} - self._listed_outputs
+        try:
+            response = await self._submit(request, rows)
+        finally:
+            request.outputs = asked
+        for state in self._states:
+            output = response.output(state.output_name)
+            if output is not None:
+                sequence.state[state.input_name] = InferTensor(
+                    state.input_name, state.datatype, output.data
+                )
+        if hidden:
+            response.outputs = [o for o in response.outputs if o.name not in hidden]
+        return response
 
     def holds(self, request: InferRequest) -> bool:
         """Whether ``request``'s sequence is running here (started, not ended, not idle)."""

@@ -65,6 +65,9 @@ HTTP_STAMPS = [
 ]
 
 
+ANSWER = {"model_name": "echo", "model_version": "1", "OUT": [3.0, 4.0]}
+
+
 @pytest.fixture(scope="module")
 def trace_file(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("traces") / "trace.json"
@@ -166,6 +169,14 @@ def test_traced_requests_reach_the_trace_file(server, trace_file):
     assert step["header"]["model_name"] == "echo"
     assert step["header"]["parent_id"] == ensemble["header"]["id"]
     assert "COMPUTE_START" in step["stamps"] and "HTTP_RECV_START" in ensemble["stamps"]
+    # The generate extension's requests are traced as HTTP inferences
+    body = {"IN": [3.0, 4.0]}
+    assert post(http_url, "/v2/models/echo/generate", body) == (200, ANSWER)
+    generated = wait_for_traces(trace_file, 5)[5]
+    assert generated["header"]["model_name"] == "echo"
+    # (its reply is a stream: sending starts once the first response is there)
+    assert sorted(generated["stamps"]) == sorted(HTTP_STAMPS)
+    assert generated["stamps"][:2] == HTTP_STAMPS[:2] and generated["stamps"][-1] == "HTTP_SEND_END"
 
 
 def test_count_level_and_tensors_change_what_is_traced(server, trace_file):

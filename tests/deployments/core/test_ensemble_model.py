@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from deployments.core.ensemble_model import EnsembleModel
 from repo_adapter.config import normalize_config, parse_config_text
+from repo_adapter.errors import DecoupledModelError, InferenceServerError
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
+from repo_adapter.response_stream import StreamedResponse
 
 PIPELINE = """
 name: "pipeline"
@@ -69,3 +72,56 @@ async def test_statistics_report_the_members_compute_sums_like_triton():
     assert inference["queue"]["count"] == 1 and inference["queue"]["ns"] > 0  # its own
     assert inference["success"]["ns"] >= inference["queue"]["ns"]
     assert stats["batch_stats"][0]["compute_infer"] == {"count": 1, "ns": 2200}
+
+
+def decoupled_pipeline(first_sends: list) -> EnsembleModel:
+    """The pipeline with ``plus_one`` decoupled: it sends ``first_sends`` (outputs to add to
+    X, an error, or None for the final flag alone) and the final flag."""
+    config = parse_config_text(PIPELINE, "pipeline/config.pbtxt")
+    normalize_config(config)
+    config.model_transaction_policy.decoupled = True  # as the repository scan marks it
+
+    async def stream(step: InferRequest):
+        if step.model_name != "plus_one":
+            yield StreamedResponse(await member(step), True)
+            return
+        x = step.input("X").data
+        for sent in first_sends:
+            if isinstance(sent, InferenceServerError) or sent is None:
+                yield StreamedResponse(sent, False)
+            else:
+                yield StreamedResponse(
+                    InferResponse("plus_one", "1", [InferTensor("Y", "FP32", x + sent)]), False
+                )
+        yield StreamedResponse(None, True)
+
+    return EnsembleModel(config, [1], {}, member, stream)
+
+
+async def test_a_decoupled_member_runs_the_steps_after_it_once_per_response():
+    ensemble = decoupled_pipeline([1, 2, 3])
+    items = [item async for item in ensemble.infer_stream(request())]
+    assert [item.final for item in items] == [False, False, True]  # the last one is final
+    outputs = [item.result.output("OUT").data.tolist() for item in items]
+    assert outputs == [[4.0, 6.0], [6.0, 8.0], [8.0, 10.0]]  # (IN + k) * 2
+    stats = ensemble.statistics()[0]["inference_stats"]
+    assert stats["success"]["count"] == 1  # one request, as Triton counts it
+    # its members' compute, summed: three runs of double (the decoupled member reports none)
+    assert [stats[k]["ns"] for k in ("compute_input", "compute_infer", "compute_output")] == [
+        3,
+        6000,
+        9,
+    ]
+
+
+async def test_a_decoupled_ensemble_with_no_response_sends_the_final_flag_alone():
+    items = [item async for item in decoupled_pipeline([]).infer_stream(request())]
+    assert [(item.result, item.final) for item in items] == [(None, True)]
+
+
+async def test_a_decoupled_members_error_fails_the_ensemble_request_and_infer_is_refused():
+    failing = decoupled_pipeline([InferenceServerError("negative count")])
+    with pytest.raises(InferenceServerError, match="in ensemble 'pipeline', negative count"):
+        _ = [item async for item in failing.infer_stream(request())]
+    with pytest.raises(DecoupledModelError):
+        await failing.infer(request())

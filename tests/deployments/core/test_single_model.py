@@ -291,3 +291,92 @@ async def test_requests_outside_a_started_sequence_get_tritons_errors():
         )
     assert "declare it TYPE_STRING" in string_corrid.value.message
     assert (statistics["success"]["count"], statistics["fail"]["count"]) == (2, 0)
+
+
+def state_step(sequence, value: int, start: bool = False, outputs=()) -> InferRequest:
+    return InferRequest(
+        "sequence_state",
+        [InferTensor("IN", "INT32", np.array([[value]], np.int32))],
+        parameters={"sequence_id": sequence, "sequence_start": start},
+        outputs=[RequestedOutput(name) for name in outputs],
+    )
+
+
+async def test_implicit_state_carries_each_sequences_outputs_to_its_next_request():
+    model = load(REPOSITORY / "sequence_state")
+    try:
+        first = await model.infer(state_step(1, 1, start=True))
+        other = await model.infer(state_step(2, 50, start=True))
+        second = await model.infer(state_step(1, 2))
+        third = await model.infer(state_step(1, 3, outputs=["STEPS"]))
+        fourth = await model.infer(state_step(1, 4))
+        again = await model.infer(state_step(1, 4, start=True))
+    finally:
+        await model.close()
+
+    def seen(response) -> dict[str, int]:
+        return {o.name: int(o.data[0, 0]) for o in response.outputs}
+
+    # SUM starts from initial_state/hundred; STEPS_OUT (not a config output) never shows
+    assert seen(first) == {"SUM_OUT": 101, "STEPS": 1}
+    assert seen(other) == {"SUM_OUT": 150, "STEPS": 1}
+    assert seen(second) == {"SUM_OUT": 103, "STEPS": 2}
+    assert seen(third) == {"STEPS": 3}  # a state output the request did not ask for is kept
+    assert seen(fourth) == {"SUM_OUT": 110, "STEPS": 4}
+    assert seen(again) == {"SUM_OUT": 104, "STEPS": 1}  # a START starts from the initial state
+
+
+def test_an_initial_state_file_of_the_wrong_size_fails_the_load(tmp_path):
+    shutil.copytree(REPOSITORY / "sequence_state", tmp_path / "sequence_state")
+    (tmp_path / "sequence_state" / "initial_state" / "hundred").write_bytes(b"\0" * 3)
+    model = load(tmp_path / "sequence_state")
+    assert "state 'SUM_IN'" in model.errors[1] and "hundred" in model.errors[1]
+
+
+ACCUMULATOR_CONFIG = """
+name: "accumulate"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  oldest { max_candidate_sequences: 8 max_queue_delay_microseconds: 20000 }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [
+    { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
+async def test_an_onnx_model_with_implicit_state_accumulates_each_sequence_in_batches(tmp_path):
+    from examples.builders import save_onnx_accumulator
+
+    model_dir = tmp_path / "accumulate"
+    save_onnx_accumulator(model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(ACCUMULATOR_CONFIG)
+    model = load(model_dir)
+
+    async def sequence(index: int) -> list[int]:
+        sums = []
+        for step_index in range(5):
+            request = InferRequest(
+                "accumulate",
+                [InferTensor("INPUT", "INT32", np.array([[index + 1]], np.int32))],
+                parameters={"sequence_id": 100 + index, "sequence_start": step_index == 0},
+            )
+            response = await model.infer(request)
+            assert [o.name for o in response.outputs] == ["OUTPUT"]
+            sums.append(int(response.output("OUTPUT").data[0, 0]))
+        return sums
+
+    try:
+        results = await asyncio.gather(*(sequence(i) for i in range(6)))
+        batches = model.statistics()[0]["batch_stats"]
+    finally:
+        await model.close()
+    assert results == [[(i + 1) * n for n in range(1, 6)] for i in range(6)]
+    assert any(int(batch["batch_size"]) > 1 for batch in batches)  # states gathered in batches

@@ -1,0 +1,216 @@
+"""A stateful python model for tests of sequences across replicas, and the clients that
+send its sequences (HTTP, gRPC and a gRPC stream, mixed within a sequence)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support.crashing_models import replica_pids
+
+MODEL = "sequence_pair"
+WAIT_S = 60.0
+CONFIG = """
+name: "sequence_pair"
+backend: "python"
+max_batch_size: 4
+sequence_batching {
+  max_sequence_idle_microseconds: 120000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }
+  ]
+  oldest { max_candidate_sequences: 8 max_queue_delay_microseconds: 2000 }
+}
+instance_group [ { kind: KIND_CPU count: 2 } ]
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "HOLDER" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+"""
+# The running sum of each sequence in this instance's memory, and the pid of the replica
+# that started the instance's stub process: a request run where its sequence is not held
+# would restart the sum at its value.
+MODEL_PY = """
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().reshape(-1)[0])
+            start = pb_utils.get_input_tensor_by_name(request, "START").as_numpy().reshape(-1)[0]
+            key = request.correlation_id()
+            self.sums[key] = (0 if start else self.sums.get(key, 0)) + value
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [
+                        pb_utils.Tensor("SUM", np.array([[self.sums[key]]], np.int32)),
+                        pb_utils.Tensor("HOLDER", np.array([[os.getppid()]], np.int32)),
+                    ]
+                )
+            )
+        return responses
+"""
+
+
+class SequenceClient:
+    """One thread's clients: HTTP, gRPC, and a gRPC stream; a request goes by the one named."""
+
+    def __init__(self, http_url: str, grpc_url: str) -> None:
+        self.http = httpclient.InferenceServerClient(http_url, connection_timeout=WAIT_S)
+        self.grpc = grpcclient.InferenceServerClient(grpc_url)
+        self.results: queue.Queue = queue.Queue()
+        self.grpc.start_stream(callback=lambda result, error: self.results.put((result, error)))
+
+    def close(self) -> None:
+        self.grpc.stop_stream()
+        self.grpc.close()
+        self.http.close()
+
+    def send(self, how: str, sequence: int | str, start: bool, end: bool) -> tuple[int, int]:
+        """(SUM, HOLDER) of one request adding 1 to ``sequence``."""
+        module = httpclient if how == "http" else grpcclient
+        tensor = module.InferInput("IN", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[1]], np.int32))
+        flags = {"sequence_id": sequence, "sequence_start": start, "sequence_end": end}
+        if how == "http":
+            result = self.http.infer(MODEL, [tensor], **flags)
+        elif how == "grpc":
+            result = self.grpc.infer(MODEL, [tensor], client_timeout=WAIT_S, **flags)
+        else:
+            self.grpc.async_stream_infer(MODEL, [tensor], **flags)
+            result, error = self.results.get(timeout=WAIT_S)
+            if error is not None:
+                raise error
+        return int(result.as_numpy("SUM")[0, 0]), int(result.as_numpy("HOLDER")[0, 0])
+
+
+TRANSPORTS = ("http", "grpc", "stream")
+
+
+def run_sequences(
+    urls: tuple[str, str],
+    sequences: list[int | str],
+    steps: int,
+    pause_at: int | None = None,
+    paused: Callable[[], None] | None = None,
+) -> dict[int | str, list[object]]:
+    """Each sequence in a thread of its own, adding 1 per request over a transport that
+    changes every request; per sequence, each request's (SUM, HOLDER) or its error. With
+    ``pause_at``, every thread waits after that many requests until ``paused()`` returned."""
+    outcomes: dict[int | str, list[object]] = {s: [] for s in sequences}
+    barrier = threading.Barrier(len(sequences) + 1) if pause_at is not None else None
+
+    def one(index: int, sequence: int | str) -> None:
+        client = SequenceClient(*urls)
+        try:
+            for step in range(steps):
+                if barrier is not None and step == pause_at:
+                    barrier.wait(WAIT_S)  # all here
+                    barrier.wait(WAIT_S)  # the main thread did its part
+                how = TRANSPORTS[(index + step) % len(TRANSPORTS)]
+                try:
+                    outcomes[sequence].append(
+                        client.send(how, sequence, start=step == 0, end=step == steps - 1)
+                    )
+                except InferenceServerException as err:
+                    outcomes[sequence].append(err)
+        finally:
+            client.close()
+
+    threads = [
+        threading.Thread(target=one, args=(index, sequence))
+        for index, sequence in enumerate(sequences)
+    ]
+    for thread in threads:
+        thread.start()
+    if barrier is not None:
+        barrier.wait(WAIT_S)
+        assert paused is not None
+        paused()
+        barrier.wait(WAIT_S)
+    for thread in threads:
+        thread.join(WAIT_S * 3)
+    return outcomes
+
+
+def sequence_ids(count: int, offset: int) -> list[int | str]:
+    """Integer and string correlation ids, alternately."""
+    return [offset + i if i % 2 else f"seq-{offset + i}" for i in range(count)]
+
+
+def write_sequence_model(root, replicas: int) -> None:
+    """``sequence_pair`` under ``root`` with ``replicas`` instances (one replica each)."""
+    (root / MODEL / "1").mkdir(parents=True)
+    config = CONFIG.replace("count: 2", f"count: {replicas}")
+    (root / MODEL / "config.pbtxt").write_text(config)
+    (root / MODEL / "1" / "model.py").write_text(MODEL_PY)
+
+
+def sums(results: list[object]) -> list[object]:
+    return [r[0] if isinstance(r, tuple) else r for r in results]
+
+
+def check_mixed_sequences(urls: tuple[str, str], replicas: int) -> None:
+    """32 sequences of 50 requests over mixed transports: every sum right, each sequence on
+    one replica, every replica holding some."""
+    outcomes = run_sequences(urls, sequence_ids(32, 1000), 50)
+    wrong = {s: r for s, r in outcomes.items() if sums(r) != list(range(1, 51))}
+    assert not wrong, list(wrong.items())[:2]
+    holders = {sequence: {r[1] for r in results} for sequence, results in outcomes.items()}
+    assert all(len(h) == 1 for h in holders.values()), holders  # one replica per sequence
+    assert len(set().union(*holders.values())) == replicas  # every replica holds sequences
+
+
+def check_a_replica_kill(urls: tuple[str, str], replicas: int) -> tuple[int, int]:
+    """32 sequences of 50 requests; after 20 each, one replica is killed: its sequences fail
+    with UNAVAILABLE from then on, the others run to their end, and 8 sequences started
+    afterwards succeed. Returns (sequences lost, sequences kept)."""
+    http_url, _ = urls
+    killed: list[int] = []
+
+    def kill_one_replica() -> None:
+        pids = replica_pids(http_url, MODEL)
+        assert len(pids) == replicas, pids
+        killed.append(pids[0])
+        os.kill(pids[0], signal.SIGKILL)
+
+    sequences = sequence_ids(32, 2000)
+    outcomes = run_sequences(urls, sequences, 50, pause_at=20, paused=kill_one_replica)
+    holder: dict[int | str, int] = {}
+    for sequence, results in outcomes.items():
+        holder[sequence] = results[0][1] if isinstance(results[0], tuple) else -1
+        expected = [(step + 1, holder[sequence]) for step in range(20)]
+        assert results[:20] == expected, (sequence, results[:20])
+    lost = [s for s in sequences if holder[s] == killed[0]]
+    kept = [s for s in sequences if holder[s] != killed[0]]
+    assert lost and kept, holder
+    for sequence in kept:  # the surviving replicas' sequences run to their end
+        expected = [(step + 1, holder[sequence]) for step in range(20, 50)]
+        assert outcomes[sequence][20:] == expected, (sequence, outcomes[sequence][20:])
+    for sequence in lost:  # the next request says it was lost: it is not restarted silently
+        first = outcomes[sequence][20]
+        assert isinstance(first, InferenceServerException), (sequence, first)
+        assert "was lost" in str(first) or "stopped before answering" in str(first), first
+        # (a stream's error is a message alone: Triton's stream responses carry no code)
+        assert str(first.status()) in ("503", "StatusCode.UNAVAILABLE", "None"), first
+        assert all(isinstance(r, InferenceServerException) for r in outcomes[sequence][20:])
+    after = run_sequences(urls, sequence_ids(8, 3000), 10)
+    assert all(sums(results) == list(range(1, 11)) for results in after.values()), after
+    return len(lost), len(kept)
