@@ -23,7 +23,7 @@ CONTROLLER_APP_NAME = "rayton-server"
 CONTROLLER_DEPLOYMENT_NAME = "repository"
 T = TypeVar("T")
 # How long a read of the controller's state may take (loads and unloads are not bounded).
-READ_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 30.0
 
 
 class _ControllerHandle:

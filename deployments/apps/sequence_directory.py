@@ -19,7 +19,6 @@ that sends a forwarded request to the replica it names.
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
 from collections import OrderedDict
@@ -45,8 +44,6 @@ from deployments.grpc.routing import read_infer_route
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.response_stream import StreamedResponse
-
-logger = logging.getLogger(__name__)
 
 DIRECTORY_ACTOR = "sequences"
 # The keyword a forwarded call names its target replica with (read by the router).

@@ -101,6 +101,10 @@ _JSON_CLIENT_ERROR = (
     "INTERNAL (still so in 2.73); rayton answers 400 for this client mistake."
 )
 
+_MAX_INFLIGHT = (
+    "ensemble_scheduling.max_inflight_requests was added to ModelConfig after 2.51; current "
+    "Triton prints it with its default like every other field."
+)
 ALLOWED: tuple[Difference, ...] = (
     Difference(
         "server_metadata",
@@ -142,13 +146,8 @@ ALLOWED: tuple[Difference, ...] = (
     ),
     *_entries(
         "*config*",
-        (
-            "/body/ensemble_scheduling/max_inflight_requests",
-            "/*/ensemble_scheduling/*",
-            "/ensemble_scheduling/max_inflight_requests",
-        ),
-        "ensemble_scheduling.max_inflight_requests was added to ModelConfig after 2.51; current "
-        "Triton prints it with its default like every other field.",
+        ("/body/ensemble_scheduling/max_inflight_requests", "/*/ensemble_scheduling/*"),
+        _MAX_INFLIGHT,
         reference=MISSING,
         rayton=0,
     ),
@@ -281,11 +280,18 @@ NATIVE_KNOWN_GAPS: tuple[Difference, ...] = ()
 # staleness by their own module.
 DECOUPLED_ALLOWED: tuple[Difference, ...] = (
     Difference(
+        "ensemble_decoupled_config",
+        "/ensemble_scheduling/max_inflight_requests",
+        _MAX_INFLIGHT,
+        reference=MISSING,
+        rayton=0,
+    ),
+    Difference(
         "ensemble_decoupled_stats",
         "/model_stats/decoupled_pipeline:1/inference_stats/fail/count",
         "Triton 2.51 counts a failure when gRPC ModelInfer refuses a decoupled ensemble (not "
         "when HTTP infer refuses it, nor for a decoupled model that is no ensemble); rayton "
-        "counts no refused request",
+        "counts no refused request.",
         reference="2",
         rayton="1",
     ),
@@ -317,7 +323,7 @@ _PYTHON_STATE = (
     "Triton 2.51's python backend never updates implicit state (it does not call "
     "TRITONBACKEND_StateUpdate): each request sees the initial state again. rayton carries a "
     "request's state outputs to the next request for every backend, as Triton's own "
-    "onnxruntime, pytorch and tensorrt backends do"
+    "onnxruntime, pytorch and tensorrt backends do."
 )
 SEQUENCE_ALLOWED: tuple[Difference, ...] = (
     # outputs (by name): STEPS is 1 each time in Triton, 2 and 3 in rayton; SUM_OUT is

@@ -55,11 +55,12 @@ GROUP_TITLES = {
     "`libtriton_imgprep.so`, the C++ example built with CMake, and a python-based backend "
     "`backends/scaling/model.py`, loaded by both, `tests/conformance/test_native_backends.py`)",
     "decoupled": "Decoupled models (a python model sending from its own thread after `execute` "
-    "returned, and the C test backend built decoupled; `ModelStreamInfer` over "
-    "`tritonclient.grpc`, `tests/conformance/test_decoupled_models.py`)",
+    "returned, the C test backend built decoupled, and an ensemble with the python model as "
+    "a step; `ModelStreamInfer` over `tritonclient.grpc`, "
+    "`tests/conformance/test_decoupled_models.py`)",
     "sequence": "Sequence batcher (a stateful python model with START, END, READY and CORRID "
-    "control inputs, `oldest` and `direct` strategies, `tests/conformance/"
-    "test_sequence_models.py`)",
+    "control inputs, `oldest` and `direct` strategies, and a python model with implicit "
+    "state, `tests/conformance/test_sequence_models.py`)",
     "generate": "Generate extension (`/generate`, `/generate_stream` as server-sent events, on "
     "the decoupled models above and a plain python model, "
     "`tests/conformance/test_decoupled_models.py`)",
