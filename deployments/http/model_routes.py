@@ -28,7 +28,7 @@ from deployments.observability.statistics import ModelStatistics
 from deployments.observability.trace_settings import TraceSettingsDocument
 from deployments.observability.tracing import TRACER
 from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
-from repo_adapter.inference_types import JsonObject
+from repo_adapter.inference_types import InferRequest, JsonObject
 from repo_adapter.request_trace import RequestTrace
 from repo_adapter.response_stream import StreamedResponse
 
@@ -151,10 +151,7 @@ class ModelHttpEndpoints:
                 StatusCode.UNSUPPORTED,
             )
         infer_request = generate_request(request.body, served.config, version)
-        trace = infer_request.trace = TRACER.start(served.name, infer_request.id)
-        if trace is not None:
-            trace.stamp("HTTP_RECV_START", request.received_ns or time.monotonic_ns())
-            trace.stamp("HTTP_RECV_END", request.read_ns or time.monotonic_ns())
+        trace = _start_trace(served.name, request, infer_request)
         responses = served.infer_stream(infer_request)
         try:
             first = await anext(responses)  # the request's own errors raise here
@@ -188,10 +185,7 @@ class ModelHttpEndpoints:
                 model_version=version,
                 raw_input=self._raw_input(),
             )
-            trace = infer_request.trace = TRACER.start(self.served.name, infer_request.id)
-            if trace is not None:
-                trace.stamp("HTTP_RECV_START", request.received_ns or time.monotonic_ns())
-                trace.stamp("HTTP_RECV_END", request.read_ns or time.monotonic_ns())
+            trace = _start_trace(self.served.name, request, infer_request)
             response = await self.served.infer(infer_request)
             if trace is not None:
                 trace.stamp("HTTP_SEND_START")
@@ -211,6 +205,17 @@ class ModelHttpEndpoints:
                 trace.stamp("HTTP_SEND_END")
                 TRACER.finish(trace)
         return HttpReply(200, payload, headers)
+
+
+def _start_trace(
+    model: str, request: HttpRequest, infer_request: InferRequest
+) -> RequestTrace | None:
+    """Sample ``infer_request`` for tracing; a traced one gets its HTTP receive stamps."""
+    trace = infer_request.trace = TRACER.start(model, infer_request.id)
+    if trace is not None:
+        trace.stamp("HTTP_RECV_START", request.received_ns or time.monotonic_ns())
+        trace.stamp("HTTP_RECV_END", request.read_ns or time.monotonic_ns())
+    return trace
 
 
 async def _traced_sends(

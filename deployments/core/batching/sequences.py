@@ -116,7 +116,7 @@ class SequenceBatcher:
         correlation_id = self._correlation_id(request)
         parameters = request.parameters
         start, end = bool(parameters.get("sequence_start")), bool(parameters.get("sequence_end"))
-        key = (type(correlation_id), correlation_id)
+        key = _key(correlation_id)
         now = time.monotonic()
         self._release_idle(now)
         sequence = self._sequences.get(key)
@@ -178,7 +178,7 @@ class SequenceBatcher:
     def holds(self, request: InferRequest) -> bool:
         """Whether ``request``'s sequence is running here (started, not ended, not idle)."""
         value = request.parameters.get("sequence_id")
-        sequence = self._sequences.get((type(value), value))
+        sequence = self._sequences.get(_key(value))
         return sequence is not None and not self._idle(sequence, time.monotonic())
 
     def running(self) -> int:
@@ -228,6 +228,11 @@ class SequenceBatcher:
                 data = np.full(shape, value, dtype=dtype)
             tensors.append(InferTensor(control.name, control.datatype, data))
         return tensors
+
+
+def _key(correlation_id: object) -> SequenceKey:
+    """A sequence's key here: the integer 7 and the string "7" name different sequences."""
+    return (type(correlation_id), correlation_id)  # type: ignore[return-value]
 
 
 def _correlation_tensor(
