@@ -44,6 +44,23 @@ _BODY_WAIT = "30s"
 # request arrives in one HTTP/2 DATA frame, up to 16 KB: the name leads it) and as long as
 # Serve's client timeout lets any idle connection live (1 h by default).
 _STREAM_WAIT = "1d"
+# What a client reads when HAProxy found no replica to answer (also the HTTP error page's)
+NO_REPLICA_ANSWERED = (
+    "no replica of the model answered: it stopped, is restarting or timed out; retry shortly"
+)
+# HAProxy's own answer when the replica it sent a call to did not answer (it died with the
+# call, or in the moment before HAProxy saw it go): a gRPC error, UNAVAILABLE with the reason,
+# in place of the HTTP error page a gRPC client reads as UNKNOWN.
+_GRPC_UNAVAILABLE = 14
+_GRPC_ERRORS = [
+    *(
+        f"    http-error status {status} "
+        f'hdr grpc-status {_GRPC_UNAVAILABLE} hdr grpc-message "{NO_REPLICA_ANSWERED}"'
+        for status in (502, 503, 504)
+    ),
+    "    http-after-response set-status 200 "
+    "if { status 502:504 } { res.hdr(grpc-status) -m found }",
+]
 _SECTION = re.compile(r"^(frontend|backend|listen|defaults|global)\b")
 
 
@@ -108,6 +125,7 @@ def _h1_backend(app: str, sections: dict[str, list[str]]) -> list[str]:
         "    log global",
         "    http-reuse always",
         f"    http-request set-header application {app}",
+        *_GRPC_ERRORS,
     ]
     for name, address, backup in _servers(sections[f"http-{app}"]):
         if not backup:

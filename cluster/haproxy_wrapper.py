@@ -30,11 +30,9 @@ import stat
 import sys
 import tempfile
 
+from cluster.grpc_routing import NO_REPLICA_ANSWERED
 from cluster.serve_internals import haproxy_binary
 
-NO_REPLICA_ANSWERED = (
-    "no replica of the model answered: it stopped, is restarting or timed out; retry shortly"
-)
 _ERROR_PAGE = "triton-error.http"
 _ERROR_BODY = "triton-error.json"
 # Serve's Python proxy (HAProxy's backup server while a model has no replica) answers a failed

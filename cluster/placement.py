@@ -26,7 +26,6 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from cluster.serve_internals import haproxy_ingress
 from repo_adapter.backends import is_registered
 
 _GROUP = mc.ModelInstanceGroup
@@ -82,6 +81,8 @@ class ReplicaGroup:
     # Serve's autoscaling_config (the model config's AUTOSCALING_CONFIG parameter): replaces
     # the fixed count, which becomes the initial number of replicas unless it says otherwise.
     autoscaling_config: dict[str, Any] | None = None
+    # At most this many replicas of the group on one node (MAX_REPLICAS_PER_NODE; None: any)
+    max_replicas_per_node: int | None = None
 
     def deployment_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {
@@ -89,6 +90,8 @@ class ReplicaGroup:
             "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_TIMEOUT_S,
             "ray_actor_options": copy.deepcopy(self.ray_actor_options),
         }
+        if self.max_replicas_per_node is not None:
+            options["max_replicas_per_node"] = self.max_replicas_per_node
         if self.autoscaling_config is None:
             return {"num_replicas": self.num_replicas, **options}
         scaling = {"initial_replicas": self.num_replicas, **self.autoscaling_config}
@@ -218,16 +221,6 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
         # A sequence's state lives in the replica that runs it, and its requests are routed
         # there: replicas come and go only when Serve replaces a lost one, and the routing
         # runs within one deployment (one replica group).
-        if haproxy_ingress() and sum(group.num_replicas for group in placed) > 1:
-            # The routing needs a request router of the model's own on its deployment, which
-            # Serve refuses on an ingress deployment behind HAProxy
-            notes.append(
-                "a sequence model runs one replica behind HAProxy (rayton serve's default "
-                "ingress); RAY_SERVE_ENABLE_HA_PROXY=0 (Serve's proxy) routes sequences "
-                "across replicas"
-            )
-            placed = placed[:1]
-            placed[0].num_replicas = 1
         if len(placed) > 1:
             notes.append(
                 f"a sequence model runs one replica group: '{placed[0].group_name}' "
@@ -241,8 +234,10 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
         placed = placed[:1]
         scaling = None
     runtime_env = ray_runtime_env(config)
+    per_node = max_replicas_per_node(config)
     for group in placed:
         group.autoscaling_config = scaling
+        group.max_replicas_per_node = per_node
         if runtime_env is not None:
             group.ray_actor_options["runtime_env"] = copy.deepcopy(runtime_env)
     # A C/C++ backend's native code in the shared host could take every hosted model down.
@@ -253,6 +248,7 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
         native
         or sequences
         or runtime_env is not None
+        or per_node is not None  # the shared host's replicas follow its own rule
         or EXECUTION_ENV_PARAMETER in config.parameters
     )
     if len(placed) == 1:  # one deployment: named after the model, as YAML overrides expect
@@ -286,6 +282,24 @@ def autoscaling_config(config: mc.ModelConfig) -> dict[str, Any] | None:
         )
         raise ValueError(f"parameter '{AUTOSCALING_PARAMETER}': {problems}") from None
     return value
+
+
+PER_NODE_PARAMETER = "MAX_REPLICAS_PER_NODE"
+
+
+def max_replicas_per_node(config: mc.ModelConfig) -> int | None:
+    """How many replicas of each of the model's groups one node may run at most, from its
+    ``MAX_REPLICAS_PER_NODE`` parameter (Serve's ``max_replicas_per_node``: 1 puts each
+    replica on a node of its own, so a lost node takes one); None when not set.
+
+    Raises :class:`ValueError` for a value that is not a positive integer.
+    """
+    if PER_NODE_PARAMETER not in config.parameters:
+        return None
+    text = config.parameters[PER_NODE_PARAMETER].string_value.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"parameter '{PER_NODE_PARAMETER}' must be an integer >= 1, not {text!r}")
+    return int(text)
 
 
 RUNTIME_ENV_PARAMETER = "RAY_RUNTIME_ENV"

@@ -157,12 +157,14 @@ class DirectIngressSeat:
         serve_app: Serve's own ASGI entry of the replica (its health check and routes).
         keep_alive_timeout_s: Serve's keep-alive setting for the port.
         accounting: Serve's per-request records, for the server to keep.
+        address: ``host:port`` where the other replicas of the cluster reach the port.
     """
 
     user_callable: Any
     serve_app: Callable[..., Any]
     keep_alive_timeout_s: float
     accounting: ReplicaRequestAccounting
+    address: str = ""
 
 
 class SeatedServer(Protocol):
@@ -199,6 +201,7 @@ def take_direct_ingress_http(offer: Callable[[DirectIngressSeat], SeatedServer |
                     app,
                     http_options.keep_alive_timeout_s,
                     ReplicaRequestAccounting(replica),
+                    _reachable_address(http_options.host, http_options.port),
                 )
             )
         if server is None:
@@ -217,3 +220,13 @@ def take_direct_ingress_http(offer: Callable[[DirectIngressSeat], SeatedServer |
 
     start.rayton_wrapped = True  # type: ignore[attr-defined]
     replica_module.start_asgi_http_server = start
+
+
+def _reachable_address(host: str, port: int) -> str:
+    """``host:port`` of a port bound on ``host``, as another node reaches it (a wildcard
+    host is this node's IP)."""
+    if host in ("", "0.0.0.0", "::"):
+        import ray
+
+        host = ray.util.get_node_ip_address()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -41,6 +41,9 @@ class HttpIngress:
     def __init__(self, max_body_size: int | None = None) -> None:
         # The largest body read (Triton's --http-max-input-size); None: no limit.
         self.max_body_size = max_body_size
+        # Where other replicas reach this replica's own port ("" until Serve opens it; only
+        # an ingress behind HAProxy has one)
+        self.direct_address = ""
         # Before the replica starts serving: Serve starts its port after the constructor.
         take_direct_ingress_http(_server_for)
 
@@ -65,6 +68,7 @@ def _server_for(seat: DirectIngressSeat) -> HttpServer | None:
     ingress = seat.user_callable
     if not isinstance(ingress, HttpIngress):
         return None
+    ingress.direct_address = seat.address
     handler = ReplicaHttpHandler(ingress, seat.serve_app, seat.accounting)
     return HttpServer(
         handler.handle,

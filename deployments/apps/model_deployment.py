@@ -45,6 +45,7 @@ from deployments.grpc.model_infer import (
     stream_serialized,
 )
 from deployments.grpc.servicer import TritonGrpcServicer
+from deployments.http import sequence_calls
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.model_routes import ModelHttpEndpoints
@@ -95,6 +96,8 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
     # ------------------------------------------------------------------ HTTP and gRPC
 
     async def handle_http(self, request: HttpRequest) -> HttpReply:
+        if request.path.startswith(sequence_calls.PATHS):  # from a replica of this model
+            return await sequence_calls.answer(request, self.slot)
         return await self._http.handle(request)
 
     async def infer_grpc_message(self, message: bytes) -> bytes:
@@ -319,7 +322,9 @@ class TritonModel(ServedModelDeployment):
         config = spec.config()
         if routes_sequences(config) and self.slot.sequences is None:
             idle_s = config.sequence_batching.max_sequence_idle_microseconds / 1e6
-            self.slot.sequences = replica_sequence_routing(spec.name, idle_s)
+            self.slot.sequences = replica_sequence_routing(
+                spec.name, idle_s, lambda: self.direct_address
+            )
 
         def load() -> ServedModel:
             return SingleModel(

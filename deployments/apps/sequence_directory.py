@@ -1,6 +1,8 @@
 """A sequence model's replicas find each other's sequences: the directory of which replica
 holds each running sequence, the forwarding call between replicas, and the request router
-that sends a forwarded request to the replica it names.
+that sends a forwarded request to the replica it names (behind Serve's proxy; behind HAProxy,
+where Serve refuses an ingress deployment a router of its own, a request is forwarded to the
+holder's own port instead: :mod:`deployments.apps.sequence_ports`).
 
 * :class:`SequenceDirectoryActor` is a deployment-scoped actor of the model's deployment
   (Serve starts it with the deployment, restarts it if it dies and stops it with the
@@ -22,7 +24,7 @@ import asyncio
 import random
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import ray
@@ -34,7 +36,9 @@ from ray.serve.request_router import PendingRequest, RequestRouter, RunningRepli
 from tritonclient.grpc import model_config_pb2 as mc
 
 from cluster.serve_internals import haproxy_ingress
+from deployments.apps.sequence_ports import PortForwarder
 from deployments.core.sequence_routing import (
+    SequenceForwarder,
     SequenceRouting,
     route_sequence_name,
     sequence_lost,
@@ -59,17 +63,24 @@ _REMEMBERED_SEQUENCES = 100_000
 
 @ray.remote(num_cpus=0)
 class SequenceDirectoryActor:
-    """Which replica of one sequence model holds each of its running sequences."""
+    """Which replica of one sequence model holds each of its running sequences, and where
+    each replica's own port is (behind HAProxy)."""
 
     def __init__(self) -> None:
         self._owners: dict[str, str] = {}
+        self._addresses: dict[str, str] = {}
 
-    def claim(self, sequence: str, replica: str) -> str | None:
+    def claim(self, sequence: str, replica: str, address: str = "") -> str | None:
+        if address:
+            self._addresses[replica] = address
         previous, self._owners[sequence] = self._owners.get(sequence), replica
         return previous
 
     def owner(self, sequence: str) -> str | None:
         return self._owners.get(sequence)
+
+    def address(self, replica: str) -> str | None:
+        return self._addresses.get(replica)
 
     def release(self, sequence: str, replica: str) -> None:
         if self._owners.get(sequence) == replica:  # not a START that moved it since
@@ -80,40 +91,48 @@ class SequenceDirectoryActor:
 
 
 def routes_sequences(config: mc.ModelConfig) -> bool:
-    """Whether a model's replicas route its sequences to each other: a sequence model's do,
-    except behind HAProxy, where Serve refuses an ingress deployment a request router of its
-    own (the placement then gives the model one replica)."""
-    return config.HasField("sequence_batching") and not haproxy_ingress()
+    """Whether a model's replicas route its sequences to each other: a sequence model's do."""
+    return config.HasField("sequence_batching")
 
 
 def sequence_deployment_options() -> dict[str, Any]:
-    """The deployment options a sequence model's deployment adds: its directory and router."""
-    return {
+    """The deployment options a sequence model's deployment adds: its directory, and its
+    router where Serve allows it one (not behind HAProxy)."""
+    options: dict[str, Any] = {
         "deployment_actors": [
             DeploymentActorConfig(
                 name=DIRECTORY_ACTOR,
                 actor_class=SequenceDirectoryActor,
                 actor_options={"num_cpus": 0},
             )
-        ],
-        "request_router_config": RequestRouterConfig(
-            request_router_class=f"{__name__}:{SequenceRequestRouter.__name__}"
-        ),
+        ]
     }
+    if not haproxy_ingress():
+        options["request_router_config"] = RequestRouterConfig(
+            request_router_class=f"{__name__}:{SequenceRequestRouter.__name__}"
+        )
+    return options
 
 
 class ActorSequenceDirectory:
     """The model's :class:`SequenceDirectoryActor`, looked up again after Serve restarts it
-    (its sequences are then forgotten: their next requests get Triton's START error)."""
+    (its sequences are then forgotten: their next requests get Triton's START error).
 
-    def __init__(self) -> None:
+    ``own_address`` gives this replica's port (behind HAProxy), recorded with its claims.
+    """
+
+    def __init__(self, own_address: Callable[[], str] = str) -> None:
         self._actor: Any = None
+        self._own_address = own_address
 
     async def claim(self, sequence: str, replica: str) -> str | None:
-        return await self._call("claim", sequence, replica)
+        return await self._call("claim", sequence, replica, self._own_address())
 
     async def owner(self, sequence: str) -> str | None:
         return await self._call("owner", sequence)
+
+    async def address(self, replica: str) -> str | None:
+        return await self._call("address", replica)
 
     def release(self, sequence: str, replica: str) -> None:
         _in_background(self._call("release", sequence, replica))
@@ -186,12 +205,20 @@ def _in_background(call: Awaitable[Any]) -> None:
     task.add_done_callback(_background.discard)
 
 
-def replica_sequence_routing(model: str, idle_s: float) -> SequenceRouting:
-    """This replica's :class:`SequenceRouting` for sequence model ``model``."""
+def replica_sequence_routing(
+    model: str, idle_s: float, own_address: Callable[[], str]
+) -> SequenceRouting:
+    """This replica's :class:`SequenceRouting` for sequence model ``model``: forwarding
+    through the deployment's router, or behind HAProxy to the holder's port (this replica's
+    is ``own_address()``)."""
     replica = serve.get_replica_context().replica_id.unique_id
-    return SequenceRouting(
-        model, replica, ActorSequenceDirectory(), ReplicaForwarder(model), idle_s
-    )
+    directory = ActorSequenceDirectory(own_address)
+    forwarder: SequenceForwarder
+    if haproxy_ingress():
+        forwarder = PortForwarder(model, directory)
+    else:
+        forwarder = ReplicaForwarder(model)
+    return SequenceRouting(model, replica, directory, forwarder, idle_s)
 
 
 class SequenceRequestRouter(RequestRouter):
@@ -206,6 +233,7 @@ class SequenceRequestRouter(RequestRouter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._listed: set[str] = set()  # every replica id this router has seen
+        self._gone: set[str] = set()  # named replicas found gone (never listed again)
         self._holders: OrderedDict[str, str] = OrderedDict()  # sequence -> replica started on
 
     async def choose_replicas(
@@ -223,7 +251,8 @@ class SequenceRequestRouter(RequestRouter):
         if named:
             return [named]
         waited = time.time() - pending_request.created_at
-        if target in self._listed or waited > _NEW_REPLICA_WAIT_S:
+        if target in self._listed or target in self._gone or waited > _NEW_REPLICA_WAIT_S:
+            self._gone.add(target)  # later calls naming it need not wait
             return [candidate_replicas]  # gone: the replica it reaches answers so
         await asyncio.sleep(_WAIT_POLL_S)  # Serve's routing loop calls again at once
         return []

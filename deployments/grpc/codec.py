@@ -384,6 +384,32 @@ def _requested_outputs(request: pb.ModelInferRequest) -> list[RequestedOutput]:
     return outputs
 
 
+def encode_infer_request(request: InferRequest) -> pb.ModelInferRequest:
+    """A ``ModelInferRequest`` carrying ``request`` (inputs in ``raw_input_contents``), as a
+    replica forwards a sequence's request to another: :func:`decode_infer_request` gives it
+    back. Classification travels as the output's ``classification`` parameter."""
+    message = pb.ModelInferRequest(
+        model_name=request.model_name, model_version=request.model_version, id=request.id
+    )
+    for key, value in request.parameters.items():
+        set_parameter(message.parameters[key], value)
+    raw: list[bytes] = []
+    for tensor in request.inputs:
+        entry = message.inputs.add(name=tensor.name, datatype=tensor.datatype)
+        entry.shape.extend(int(d) for d in tensor.data.shape)
+        for key, value in tensor.parameters.items():
+            set_parameter(entry.parameters[key], value)
+        raw.append(tensor_to_bytes(tensor.data, tensor.datatype))
+    message.raw_input_contents.extend(raw)
+    for output in request.outputs:
+        wanted = message.outputs.add(name=output.name)
+        for key, value in output.parameters.items():
+            set_parameter(wanted.parameters[key], value)
+        if output.class_count:
+            wanted.parameters["classification"].int64_param = output.class_count
+    return message
+
+
 # --------------------------------------------------------------------------------------------
 # Responses
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import socket
+import socketserver
 import subprocess
 import threading
 import time
@@ -16,8 +17,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
+from tritonclient.utils import InferenceServerException
 
-from cluster.grpc_routing import FRONTEND_BACKEND, route_model_infer
+from cluster.grpc_routing import FRONTEND_BACKEND, NO_REPLICA_ANSWERED, route_model_infer
 from cluster.haproxy_wrapper import haproxy_wrapper
 from cluster.serve_binds import bound_address
 
@@ -311,16 +313,20 @@ class RecordingHttpServer:
 
         self._server = HttpServer(handle)
         self._loop = asyncio.new_event_loop()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", self.port))
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", self.port))
         self._thread = threading.Thread(
-            target=self._loop.run_until_complete, args=(self._server.serve(sock),), daemon=True
+            target=self._loop.run_until_complete,
+            args=(self._server.serve(self._sock),),
+            daemon=True,
         )
         self._thread.start()
 
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(setattr, self._server, "should_exit", True)
         self._thread.join(10)
+        self._sock.close()
 
 
 @pytest.fixture
@@ -373,3 +379,45 @@ def test_while_no_replica_serves_http_a_unary_call_goes_to_serve_s_grpc_fallback
     time.sleep(1)  # two failed health checks
     assert client.infer("mlp", [infer_input(1)]).get_response().model_name == "mlp"
     assert grpc_servers["fallback"].calls == [("ModelInfer", "mlp", "mlp")]
+
+
+class HangingUpHttpServer:
+    """A replica's HTTP port that passes its health check and hangs up on every call without
+    an answer, as a replica dying with the call does."""
+
+    def __init__(self, port: int) -> None:
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                while request_line := self.rfile.readline():
+                    length = 0
+                    while (header := self.rfile.readline()) not in (b"\r\n", b""):
+                        name, _, value = header.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value)
+                    self.rfile.read(length)
+                    if request_line.split()[1] != b"/-/healthz":
+                        return  # hang up
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nsuccess")
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_a_replica_hanging_up_on_a_unary_call_answers_unavailable_with_the_reason(routed_h1):
+    client, _, http_servers = routed_h1
+    http_servers["mlp"].stop()
+    hanging_up = HangingUpHttpServer(http_servers["mlp"].port)
+    try:
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("mlp", [infer_input(1)])
+    finally:
+        hanging_up.stop()
+    assert caught.value.status() == "StatusCode.UNAVAILABLE"
+    assert caught.value.message() == NO_REPLICA_ANSWERED

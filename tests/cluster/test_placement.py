@@ -229,15 +229,17 @@ def test_a_sequence_model_runs_its_instances_without_autoscaling_and_says_why():
     assert single.only.num_replicas == 1 and single.notes == []
 
 
-def test_behind_haproxy_a_sequence_model_keeps_one_replica_and_says_why(monkeypatch):
-    import cluster.placement
-
-    monkeypatch.setattr(cluster.placement, "haproxy_ingress", lambda: True)
+def test_max_replicas_per_node_reaches_serve_and_isolates_the_model():
     placement = placement_for(
-        config("max_batch_size: 4 sequence_batching { } instance_group [ { count: 2 } ]")
+        config(
+            "instance_group [ { count: 3 } ] "
+            'parameters { key: "MAX_REPLICAS_PER_NODE" value: { string_value: "1" } }'
+        )
     )
-    assert placement.only.num_replicas == 1
-    assert placement.notes == [
-        "a sequence model runs one replica behind HAProxy (rayton serve's default ingress); "
-        "RAY_SERVE_ENABLE_HA_PROXY=0 (Serve's proxy) routes sequences across replicas"
-    ]
+    assert placement.only.deployment_options()["max_replicas_per_node"] == 1
+    assert placement.isolated
+    assert "max_replicas_per_node" not in placement_for(config("")).only.deployment_options()
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ValueError, match="MAX_REPLICAS_PER_NODE' must be an integer >= 1"):
+            value = f'value: {{ string_value: "{bad}" }}'
+            placement_for(config(f'parameters {{ key: "MAX_REPLICAS_PER_NODE" {value} }}'))

@@ -1,6 +1,8 @@
 """Placement on a multi-node cluster: ``rayton cluster`` (``ray.cluster_utils.Cluster``: a head
 and two worker nodes with 2 logical GPUs and the per-GPU resources each) served by
-``rayton serve --address``, read back from every replica with ``rayton status``.
+``rayton serve --address``, read back from every replica with ``rayton status``; a sequence
+model's replicas on the three nodes, behind HAProxy, each sequence's requests reaching the
+replica that holds it.
 
 One cluster for the module; its own processes (not the session's cluster), each in a process
 session of its own and ended pid by pid.
@@ -26,6 +28,12 @@ import tritonclient.http as httpclient
 from tests.support.live_models import ADDER_MODEL
 from tests.support.ports import free_port
 from tests.support.processes import ServerProcess, rayton_serve_command, rayton_serve_env
+from tests.support.sequences import MODEL as SEQUENCE_MODEL
+from tests.support.sequences import (
+    check_a_replica_kill,
+    check_mixed_sequences,
+    write_sequence_model,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -48,6 +56,7 @@ instance_group [
 ]
 """
 GPUS_PER_WORKER = 2
+SEQUENCE_REPLICAS = 3
 # Bounds for a 2-core machine running three raylets.
 NODE_LOSS_RECOVERY_S = 90
 
@@ -92,6 +101,7 @@ def multinode(tmp_path_factory):
     repository = root / "repo"
     _write_model(repository, "pinned", PINNED, 1.0)
     _write_model(repository, "mixed", MIXED, 2.0)
+    write_sequence_model(repository, replicas=SEQUENCE_REPLICAS, per_node=1)
     ray_tmp = Path(f"/tmp/rt{os.getpid()}m")
     env = rayton_serve_env(ray_tmp)
     env["HOME"] = str(root)  # Ray's token file and caches apart from the user's
@@ -100,7 +110,7 @@ def multinode(tmp_path_factory):
     command = rayton_serve_command(repository, http_port, grpc_port)
     command += ["--address", cluster.address, "--proxy-location", "HeadOnly"]
     command += ["--model-control-mode", "explicit", "--load-model", "pinned"]
-    command += ["--load-model", "mixed"]
+    command += ["--load-model", "mixed", "--load-model", SEQUENCE_MODEL]
     server = ServerProcess(command, root / "serve.log", env)
     try:
         server.wait_http(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout_s=300)
@@ -191,6 +201,27 @@ def test_a_model_with_a_cpu_and_a_gpu_group_gets_both(multinode):
     assert _infer(grpc_url, "mixed", 1.0, "grpc") == 3.0
     stats = httpclient.InferenceServerClient(http_url).get_inference_statistics("mixed")
     assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) >= 17
+
+
+def test_sequences_reach_the_replica_holding_them_on_any_node(multinode):
+    _, http_url, grpc_url = multinode
+    replicas = _status(http_url)["models"][SEQUENCE_MODEL]["replicas"]
+    assert len({r["node_id"] for r in replicas}) == SEQUENCE_REPLICAS, replicas  # one per node
+    check_mixed_sequences((http_url, grpc_url), replicas=SEQUENCE_REPLICAS)
+
+
+def test_a_killed_sequence_replica_fails_only_its_own_sequences(multinode):
+    _, http_url, grpc_url = multinode
+    try:
+        lost, kept, interrupted = check_a_replica_kill(
+            (http_url, grpc_url), replicas=SEQUENCE_REPLICAS, interruptions=True
+        )
+        print(
+            f"{lost} sequences lost with the replica, {kept} kept; {interrupted} requests of "
+            "kept sequences met a connection through the killed replica broken"
+        )
+    finally:  # the next test needs the worker nodes for the pinned model alone
+        httpclient.InferenceServerClient(http_url).unload_model(SEQUENCE_MODEL)
 
 
 def test_losing_a_worker_node_reschedules_its_replicas(multinode):

@@ -16,7 +16,7 @@ from deployments.grpc import codec
 from deployments.observability.statistics import VersionStatistics
 from repo_adapter.config import config_to_json_dict
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference_types import InferResponse, InferTensor
+from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from repo_adapter.repository import scan_repository
 
 TEST_MODELS = Path(__file__).parents[1] / "model_repository"
@@ -362,3 +362,27 @@ def test_metadata_statistics_and_index_convert():
         {"name": "rayton", "version": "0.1.0", "extensions": ["statistics"]}
     )
     assert json_format.MessageToDict(server)["extensions"] == ["statistics"]
+
+
+def test_an_encoded_request_decodes_to_the_same_request():
+    request = InferRequest(
+        model_name="m",
+        model_version="2",
+        id="r1",
+        parameters={"sequence_id": "s-1", "sequence_start": True, "priority": 3, "x": 1.5},
+        inputs=[
+            InferTensor("A", "FP32", np.arange(6, dtype=np.float32).reshape(2, 3)),
+            InferTensor("B", "BYTES", np.array([b"ab", b""], dtype=object), {"p": "q"}),
+        ],
+        outputs=[RequestedOutput("OUT", class_count=2), RequestedOutput("OTHER")],
+    )
+    decoded, _ = codec.decode_infer_request(codec.encode_infer_request(request))
+    assert (decoded.model_name, decoded.model_version, decoded.id) == ("m", "2", "r1")
+    assert decoded.parameters == request.parameters
+    assert [(t.name, t.datatype, t.parameters) for t in decoded.inputs] == [
+        ("A", "FP32", {}),
+        ("B", "BYTES", {"p": "q"}),
+    ]
+    np.testing.assert_array_equal(decoded.inputs[0].data, request.inputs[0].data)
+    assert decoded.inputs[1].data.tolist() == [b"ab", b""]
+    assert [(o.name, o.class_count) for o in decoded.outputs] == [("OUT", 2), ("OTHER", 0)]
