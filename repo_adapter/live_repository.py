@@ -88,6 +88,9 @@ class ModelRecord:
     files_dir: Path | None = None  # the files of a load with file: parameters
     versions: VersionStates = field(default_factory=dict)  # from the replicas
     failed_versions: VersionStates = field(default_factory=dict)  # the last failure's
+    # What last happened to a serving model's replicas (one stopped unexpectedly), shown as
+    # the reason of its ready versions until it is loaded again
+    incident: str = ""
 
     def index_entries(self, ready_only: bool = False) -> list[IndexEntry]:
         """This model's lines of Triton's repository index."""
@@ -112,7 +115,8 @@ class ModelRecord:
         if self.served is not None:
             states = self.versions or {str(v): VersionState(READY) for v in self.served.versions}
             for version, state in sorted(states.items(), key=lambda item: _version_key(item[0])):
-                add(version, state.state, state.reason)
+                reason = state.reason or (self.incident if state.state is READY else "")
+                add(version, state.state, reason)
                 shown.add(version)
         if self.pending is LOADING and self.loading is not None:
             for version in self.loading.versions or [None]:
@@ -356,6 +360,7 @@ class LiveRepository:
         record.served, record.generation = record.loading, generation
         record.pending, record.loading, record.error = None, None, ""
         record.versions, record.failed_versions = dict(versions), {}
+        record.incident = ""
         served = set(record.served.versions) if record.served else set()
         record.unloaded = [v for v in record.unloaded if v not in served]
 
@@ -373,6 +378,13 @@ class LiveRepository:
             return  # the index shows the versions that failed with the reason
         record.loading = None
 
+    def replica_stopped(self, name: str, what: str) -> None:
+        """A replica of serving model ``name`` stopped unexpectedly (``what`` says how); the
+        index shows it until the model is loaded again."""
+        record = self.records.get(name)
+        if record is not None and record.served is not None:
+            record.incident = what
+
     def begin_unload(self, name: str) -> None:
         self.records[name].pending = UNLOADING
 
@@ -386,6 +398,7 @@ class LiveRepository:
             record.unloaded = sorted({*record.unloaded, *record.served.versions})
         record.served, record.generation, record.pending = None, "", None
         record.loading, record.error, record.versions = None, "", {}
+        record.incident = ""
         record.awaits_members = with_member
         if not with_member:
             record.override, record.files_dir = "", None

@@ -98,6 +98,17 @@ class ServeModelApps:
                 messages.append(deployment.message)
         return str(getattr(app.status, "value", app.status)), " ".join(messages)
 
+    async def unhealthy_applications(self) -> dict[str, str]:
+        """Applications with a deployment Serve marks UNHEALTHY (a replica stopped or failed
+        its health check, until Serve's replacement runs) -> Serve's message."""
+        status = await self._serve_status.get()
+        found: dict[str, str] = {}
+        for name, app in status.applications.items():
+            for deployment in app.deployments.values():
+                if str(getattr(deployment.status, "value", deployment.status)) == "UNHEALTHY":
+                    found[name] = deployment.message or "a replica failed its health check"
+        return found
+
     async def slot_statuses(self, name: str, deployment: str = "") -> list[SlotStatus]:
         """Every replica's slot status of model ``name`` in application ``name``'s
         ``deployment`` (default: the one named after it); empty if unreachable (replicas

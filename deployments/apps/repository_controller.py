@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import replace
 
 from ray import serve
@@ -73,6 +74,10 @@ CONFIG_OWNED = (
 )
 
 
+# How often the controller reads Serve's view of the models' replica health
+REPLICA_WATCH_INTERVAL_S = 2.0
+
+
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
 class RepositoryController:
     """Owns the repository state and applies it to Serve (one replica, by design)."""
@@ -85,8 +90,9 @@ class RepositoryController:
             spec.model_file_override_dir,
             spec.backend_settings(),
         )
+        self._apps = ServeModelApps()
         self.homes = ModelHomes(
-            ServeModelApps(),
+            self._apps,
             spec.http_max_input_size,
             share_cpu_models=spec.cpu_models == "shared",
             host_replicas=spec.host_replicas,
@@ -103,7 +109,9 @@ class RepositoryController:
         )
         self._started = False
         self._unplaceable: set[str] = set()
-        self._tasks = [asyncio.get_event_loop().create_task(self._run())]
+        self._unhealthy: set[str] = set()  # applications Serve marks UNHEALTHY now
+        loop = asyncio.get_event_loop()
+        self._tasks = [loop.create_task(self._run()), loop.create_task(self._watch_replicas())]
 
     # ------------------------------------------------------------------ start-up and poll
 
@@ -131,6 +139,37 @@ class RepositoryController:
                     await self.poll()
                 except Exception:
                     logger.exception("polling the repository failed")
+
+    async def _watch_replicas(self) -> None:
+        """Note in the index when a serving model's replica stops unexpectedly (a crash in
+        a backend, a killed process): Serve marks its deployment UNHEALTHY until the
+        replica it starts in its place runs."""
+        while True:
+            await asyncio.sleep(REPLICA_WATCH_INTERVAL_S)
+            try:
+                await self.note_stopped_replicas()
+            except Exception:
+                logger.exception("reading Serve's replica health failed")
+
+    async def note_stopped_replicas(self) -> None:
+        """Record a replica stop for each served model whose application just became
+        UNHEALTHY while no change of this server's was under way."""
+        unhealthy = await self._apps.unhealthy_applications()
+        newly = set(unhealthy) - self._unhealthy
+        self._unhealthy = set(unhealthy)
+        if not newly:
+            return
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        for name in self.repository.served_names():
+            record = self.repository.records[name]
+            apps = {app for _, app in self.homes.replica_targets([name])} & newly
+            if apps and record.pending is None:
+                serve_says = unhealthy[min(apps)].split(". ")[0].rstrip(".")
+                self.repository.replica_stopped(
+                    name,
+                    f"a replica stopped unexpectedly at {at} and Serve replaces it "
+                    f"(Serve: {serve_says})",
+                )
 
     async def poll(self) -> dict[str, str]:
         """Apply what changed on disk since the last poll: loads, reloads, unloads."""

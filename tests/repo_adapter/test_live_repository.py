@@ -97,6 +97,17 @@ def test_a_failed_reload_keeps_the_served_model(root):
     assert repository.unavailable_reason("first") is None
 
 
+def test_a_stopped_replica_shows_in_the_index_until_the_next_load(root):
+    repository = LiveRepository(root)
+    repository.replica_stopped("first", "not served: nothing to note")
+    load(repository, "first")
+    repository.replica_stopped("first", "a replica stopped unexpectedly at noon")
+    ready = {"name": "first", "version": "1", "state": "READY"}
+    assert {**ready, "reason": "a replica stopped unexpectedly at noon"} in repository.index()
+    load(repository, "first")
+    assert ready in repository.index()
+
+
 def test_unknown_models_and_bad_overrides_are_not_polled(root):
     repository = LiveRepository(root)
     with pytest.raises(InferenceServerError) as unknown:
