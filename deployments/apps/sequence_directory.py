@@ -59,6 +59,12 @@ _WAIT_POLL_S = 0.05
 # How many sequences' replicas one router remembers (the oldest are forgotten first: their
 # requests then take the hop through the replica they reach).
 _REMEMBERED_SEQUENCES = 100_000
+# Per process, what Serve's routers here know of each sequence deployment's replicas: the ones
+# running now (by deployment) and the ones they saw go. A forward to a replica gone is refused
+# before it is sent: sent, Serve's router would give it to any replica, the caller itself too,
+# whose slot the waiting caller holds.
+_running: dict[str, set[str]] = {}
+_gone: set[str] = set()
 
 
 @ray.remote(num_cpus=0)
@@ -161,6 +167,26 @@ class ReplicaForwarder:
     def __init__(self, model: str) -> None:
         self._model = model
         self._handle: DeploymentHandle | None = None
+        context = serve.get_replica_context()
+        self._deployment = _deployment_key(context.app_name, context.deployment)
+
+    async def _check_running(self, replica: str, request: InferRequest) -> None:
+        """Refuse a forward to a replica this process's routers saw go, or do not list within
+        :data:`_NEW_REPLICA_WAIT_S` (one that started a moment ago is listed by then).
+
+        Raises:
+            InferenceServerError: UNAVAILABLE: the sequence was lost with its replica.
+        """
+        deadline = time.monotonic() + _NEW_REPLICA_WAIT_S
+        while replica not in _gone:
+            running = _running.get(self._deployment)
+            if running is None or replica in running:
+                return  # no router here yet (the call makes one), or it runs
+            if time.monotonic() > deadline:
+                _gone.add(replica)
+                break
+            await asyncio.sleep(_WAIT_POLL_S)
+        raise sequence_lost(self._model, request)
 
     def _own(self) -> DeploymentHandle:
         if self._handle is None:
@@ -171,6 +197,7 @@ class ReplicaForwarder:
         return self._handle
 
     async def forward(self, replica: str, request: InferRequest) -> InferResponse:
+        await self._check_running(replica, request)
         call = self._own().infer_sequence.remote(self._model, request, **{TARGET_KEYWORD: replica})
         try:
             return await call
@@ -180,6 +207,7 @@ class ReplicaForwarder:
     async def forward_stream(
         self, replica: str, request: InferRequest
     ) -> AsyncIterator[StreamedResponse]:
+        await self._check_running(replica, request)
         handle = self._own().options(stream=True)
         replies = handle.infer_sequence_stream.remote(
             self._model, request, **{TARGET_KEYWORD: replica}
@@ -191,6 +219,8 @@ class ReplicaForwarder:
             raise sequence_lost(self._model, request) from None
 
     def drop(self, replica: str, sequence: str) -> None:
+        if replica in _gone:
+            return
         call = self._own().drop_sequence.remote(self._model, sequence, **{TARGET_KEYWORD: replica})
         _in_background(call)
 
@@ -233,8 +263,18 @@ class SequenceRequestRouter(RequestRouter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._listed: set[str] = set()  # every replica id this router has seen
-        self._gone: set[str] = set()  # named replicas found gone (never listed again)
         self._holders: OrderedDict[str, str] = OrderedDict()  # sequence -> replica started on
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        key = _deployment_key(self._deployment_id.app_name, self._deployment_id.name)
+        running = {r.replica_id.unique_id for r in replicas}
+        _gone.update(_running.get(key, set()) - running)  # stopped, or died
+        _running[key] = running
+        super().update_replicas(replicas)
+
+    def on_replica_actor_died(self, replica_id: Any) -> None:
+        _gone.add(replica_id.unique_id)
+        super().on_replica_actor_died(replica_id)
 
     async def choose_replicas(
         self,
@@ -251,8 +291,8 @@ class SequenceRequestRouter(RequestRouter):
         if named:
             return [named]
         waited = time.time() - pending_request.created_at
-        if target in self._listed or target in self._gone or waited > _NEW_REPLICA_WAIT_S:
-            self._gone.add(target)  # later calls naming it need not wait
+        if target in self._listed or target in _gone or waited > _NEW_REPLICA_WAIT_S:
+            _gone.add(target)  # later calls naming it are refused before they are sent
             return [candidate_replicas]  # gone: the replica it reaches answers so
         await asyncio.sleep(_WAIT_POLL_S)  # Serve's routing loop calls again at once
         return []
@@ -271,8 +311,12 @@ class SequenceRequestRouter(RequestRouter):
                 self._holders.popitem(last=False)
             return [[chosen]]
         holder = self._holders.pop(sequence, None) if end else self._holders.get(sequence)
-        named = [r for r in candidates if r.replica_id.unique_id == holder]
+        named = [r for r in candidates if r.replica_id.unique_id == holder and holder not in _gone]
         return [named] if named else [_two_of(candidates)]
+
+
+def _deployment_key(app: str, deployment: str) -> str:
+    return f"{app}#{deployment}"
 
 
 def _two_of(candidates: list[RunningReplica]) -> list[RunningReplica]:
