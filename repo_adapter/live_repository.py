@@ -380,9 +380,10 @@ class LiveRepository:
 
     def replica_stopped(self, name: str, what: str) -> None:
         """A replica of serving model ``name`` stopped unexpectedly (``what`` says how); the
-        index shows it until the model is loaded again."""
+        index shows it until the model is loaded again. Ignored while a change of the model
+        is under way (its own deploy replaces replicas)."""
         record = self.records.get(name)
-        if record is not None and record.served is not None:
+        if record is not None and record.served is not None and record.pending is None:
             record.incident = what
 
     def begin_unload(self, name: str) -> None:

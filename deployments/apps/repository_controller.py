@@ -161,9 +161,8 @@ class RepositoryController:
             return
         at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         for name in self.repository.served_names():
-            record = self.repository.records[name]
             apps = {app for _, app in self.homes.replica_targets([name])} & newly
-            if apps and record.pending is None:
+            if apps:
                 serve_says = unhealthy[min(apps)].split(". ")[0].rstrip(".")
                 self.repository.replica_stopped(
                     name,

@@ -262,7 +262,6 @@ class SequenceRequestRouter(RequestRouter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._listed: set[str] = set()  # every replica id this router has seen
         self._holders: OrderedDict[str, str] = OrderedDict()  # sequence -> replica started on
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
@@ -281,7 +280,6 @@ class SequenceRequestRouter(RequestRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
-        self._listed.update(r.replica_id.unique_id for r in candidate_replicas)
         if pending_request is None:
             return [_two_of(candidate_replicas)]
         target = pending_request.kwargs.get(TARGET_KEYWORD)
@@ -291,7 +289,7 @@ class SequenceRequestRouter(RequestRouter):
         if named:
             return [named]
         waited = time.time() - pending_request.created_at
-        if target in self._listed or target in _gone or waited > _NEW_REPLICA_WAIT_S:
+        if target in _gone or waited > _NEW_REPLICA_WAIT_S:  # (gone: removed by update_replicas)
             _gone.add(target)  # later calls naming it are refused before they are sent
             return [candidate_replicas]  # gone: the replica it reaches answers so
         await asyncio.sleep(_WAIT_POLL_S)  # Serve's routing loop calls again at once

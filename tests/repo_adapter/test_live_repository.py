@@ -106,6 +106,10 @@ def test_a_stopped_replica_shows_in_the_index_until_the_next_load(root):
     assert {**ready, "reason": "a replica stopped unexpectedly at noon"} in repository.index()
     load(repository, "first")
     assert ready in repository.index()
+    (model,) = repository.plan_load("first").models
+    repository.begin_load(model)  # its own deploy replaces replicas: nothing to note
+    repository.replica_stopped("first", "a replica stopped unexpectedly at one")
+    assert all("reason" not in entry for entry in repository.index())
 
 
 def test_unknown_models_and_bad_overrides_are_not_polled(root):
