@@ -80,6 +80,7 @@ class ServeCluster:
         log_file: str = "",
         trace: dict[str, Any] | None = None,
         http_max_input_size: int | None = None,
+        cache_config: list[str] | None = None,
     ) -> list[str]:
         """Deploy as ``rayton serve`` does: the repository controller deploys the models.
 
@@ -105,6 +106,7 @@ class ServeCluster:
             **({"backend_directory": backend_directory} if backend_directory else {}),
             backend_config=backend_config,
             log_file=log_file,
+            cache_config=cache_config,
             **(trace or {}),
             **({"http_max_input_size": http_max_input_size} if http_max_input_size else {}),
         )

@@ -34,9 +34,10 @@ from deployments.apps.handles import (
 )
 from deployments.apps.http_ingress import HttpIngress
 from deployments.apps.model_deployment import ModelSpec, spec_generation
+from deployments.apps.node_response_cache import NodeResponseStore, model_cache
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
-from deployments.apps.repository_access import cluster_server_core
+from deployments.apps.repository_access import ControllerCaches, cluster_server_core
 from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.model_host import ModelHost
@@ -94,6 +95,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         self._server = ServerHttpEndpoints(core)
         self._grpc = TritonGrpcServicer(core)
         self._routed = RoutedCalls()
+        self._cache_store = NodeResponseStore(ControllerCaches())
         self._started = False
 
     # ------------------------------------------------------------------ the hosted set
@@ -151,6 +153,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
                 admission=serve_batch_admission,
                 backend_file=spec.backend_file_path(),
                 backend_config=spec.backend_config,
+                cache=model_cache(config, spec.generation, self._cache_store),
             )
 
         return spec_generation(entry["spec"]), load_model

@@ -28,6 +28,7 @@ from deployments.apps.handles import broadcast
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import ControllerRepository
+from deployments.core.response_cache import CacheUsage
 from deployments.metrics.collector import MetricsCollector, MetricsSnapshot
 from deployments.metrics.exposition import CONTENT_TYPE
 from deployments.metrics.options import MetricsAppArgs
@@ -68,7 +69,7 @@ class TritonMetrics(ControlledReplica):
     async def __init__(self, args: MetricsAppArgs | dict[str, Any]) -> None:
         self.args = MetricsAppArgs.model_validate(args)
         self._controller = ControllerRepository()
-        self.collector = MetricsCollector(self._replica_snapshots, self.args)
+        self.collector = MetricsCollector(self._replica_snapshots, self.args, self._cache_usage)
         self._ray_metrics = RayMetricsMirror()
         sock = socket.socket(socket.AF_INET6 if ":" in self.args.metrics_host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -116,6 +117,11 @@ class TritonMetrics(ControlledReplica):
         )
         return await broadcast(
             targets, ReplicaControlApi.metrics_snapshot, timeout_s=_SNAPSHOT_TIMEOUT_S
+        )
+
+    async def _cache_usage(self) -> list[CacheUsage] | None:
+        return await asyncio.wait_for(
+            self._controller.handle.response_cache_usage.remote(), _SNAPSHOT_TIMEOUT_S
         )
 
     def metrics_port(self) -> int:

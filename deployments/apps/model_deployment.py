@@ -28,9 +28,10 @@ from deployments.apps.batch_admission import serve_batch_admission
 from deployments.apps.bls import install_bls
 from deployments.apps.handles import ask_own_replicas
 from deployments.apps.http_ingress import HttpIngress
+from deployments.apps.node_response_cache import NodeResponseStore, model_cache
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
-from deployments.apps.repository_access import cluster_server_core
+from deployments.apps.repository_access import ControllerCaches, cluster_server_core
 from deployments.apps.sequence_directory import replica_sequence_routing, routes_sequences
 from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.model_slot import ModelSlot, SlotStatus
@@ -315,6 +316,7 @@ class TritonModel(ServedModelDeployment):
     def __init__(self, name: str, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         install_bls()  # before the backend loads: initialize() may make BLS calls already
         super().__init__(name, max_input_size)
+        self.cache_store = NodeResponseStore(ControllerCaches())
 
     def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
         spec = ModelSpec.from_user_config(user_config)
@@ -336,6 +338,7 @@ class TritonModel(ServedModelDeployment):
                 admission=serve_batch_admission,
                 backend_file=spec.backend_file_path(),
                 backend_config=spec.backend_config,
+                cache=model_cache(config, spec.generation, self.cache_store),
             )
 
         return load

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ray import serve
+from ray.actor import ActorHandle
 
 from deployments.apps.handles import ModelHandles
 from deployments.core.server_core import RepositoryView, ServerCore
@@ -84,6 +85,14 @@ class ControllerSettings(_ControllerHandle):
         self, model: str | None, changes: JsonObject | None
     ) -> TraceSettingsDocument:
         return await self.handle.trace_settings.remote(model, changes)
+
+
+class ControllerCaches(_ControllerHandle):
+    """The node response caches the controller keeps (a replica's
+    :data:`~deployments.apps.node_response_cache.CacheFinder`)."""
+
+    async def __call__(self, node_id: str) -> ActorHandle | None:
+        return await self._read(lambda handle: handle.response_cache.remote(node_id))
 
 
 def cluster_server_core(controller: Any = None) -> ServerCore:

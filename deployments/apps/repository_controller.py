@@ -33,6 +33,7 @@ import time
 from dataclasses import replace
 
 from ray import serve
+from ray.actor import ActorHandle
 
 from cluster.placement import ModelPlacement, placement_for
 from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
@@ -42,6 +43,7 @@ from deployments.apps.log_control import LogControl
 from deployments.apps.metrics_deployment import METRICS_APP_NAME, METRICS_DEPLOYMENT_NAME
 from deployments.apps.model_apps import LoadOutcome, ServeModelApps
 from deployments.apps.model_homes import ModelHome, ModelHomes, Placed, ReplicaTarget
+from deployments.apps.node_response_cache import NodeCaches
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.repository_access import CONTROLLER_APP_NAME
 from deployments.apps.server_args import ServerAppArgs
@@ -51,6 +53,7 @@ from deployments.apps.trace_control import (
     startup_exporter,
     startup_trace_settings,
 )
+from deployments.core.response_cache import CacheUsage
 from deployments.core.server_core import RepositoryView
 from deployments.observability.log_settings import LogSettingsDocument
 from deployments.observability.status import StatusDocument, status_document
@@ -107,6 +110,7 @@ class RepositoryController:
         self._traces = TraceControl(
             startup_trace_settings(spec), self.model_deployments, startup_exporter(spec)
         )
+        self._caches = NodeCaches(spec.response_cache_bytes())
         self._started = False
         self._unplaceable: set[str] = set()
         self._unhealthy: set[str] = set()  # applications Serve marks UNHEALTHY now
@@ -376,6 +380,17 @@ class RepositoryController:
             )
 
     # ------------------------------------------------------------------ views
+
+    def response_cache(self, node_id: str) -> ActorHandle | None:
+        """The response cache the replicas on ``node_id`` share (None: the server has no
+        response cache, ``--cache-config``)."""
+        return self._caches.for_node(node_id)
+
+    async def response_cache_usage(self) -> list[CacheUsage] | None:
+        """Every node cache's size and counters (None: the server has no response cache)."""
+        if not self._caches.capacity_bytes:
+            return None
+        return await self._caches.usage()
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Triton's repository index: versions as the replicas reported them when loaded."""

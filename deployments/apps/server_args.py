@@ -63,6 +63,52 @@ BackendConfig = Annotated[
     Flag(metavar="NAME,KEY=VALUE"),
 ]
 
+
+def parse_cache_config(entries: list[str] | None) -> int:
+    """Triton's ``--cache-config`` entries (``local,size=BYTES``): the local cache's size
+    in bytes (0: no cache).
+
+    Raises:
+        ValueError: an entry not in that form, or a cache other than ``local``.
+    """
+    size = 0
+    for entry in entries or ():
+        cache, _, setting = entry.partition(",")
+        key, equals, value = setting.partition("=")
+        if not (cache and equals and key):
+            raise ValueError(
+                f"--cache-config option format is '<cache name>,<setting>=<value>', got '{entry}'"
+            )
+        if cache != "local":
+            raise ValueError(
+                f"--cache-config: only the 'local' response cache is supported, got '{cache}'"
+            )
+        if key != "size":
+            raise ValueError(f"--cache-config: the local cache has no setting '{key}'")
+        if not value.isdigit():
+            raise ValueError(f"--cache-config: size must be a number of bytes, got '{value}'")
+        size = int(value)
+    return size
+
+
+def _valid_cache_config(entries: list[str] | None) -> list[str] | None:
+    parse_cache_config(entries)
+    return entries
+
+
+# Triton's --cache-config: the response cache, here one per node that its replicas share.
+CacheConfig = Annotated[
+    list[str] | None,
+    AfterValidator(_valid_cache_config),
+    Field(
+        description="the response cache, as Triton's --cache-config local,size=BYTES: models "
+        "whose config has response_cache { enable: true } answer a repeated request from it; "
+        "each node keeps one cache of up to BYTES that its replicas share"
+    ),
+    Flag(metavar="local,size=BYTES"),
+]
+
+
 # Where C/C++ backends not kept in a model's own directory are; `rayton build` takes it too.
 BackendDirectory = Annotated[
     str,
@@ -128,6 +174,7 @@ class ServerAppArgs(BaseModel):
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
     backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
     backend_config: BackendConfig = None
+    cache_config: CacheConfig = None
     # None refuses Triton's file: parameters (model code from the network).
     model_file_override_dir: Annotated[str | None, Flag(metavar="DIR")] = Field(
         None,
@@ -161,6 +208,10 @@ class ServerAppArgs(BaseModel):
     def backend_settings(self) -> BackendSettings:
         """Where backends rayton does not have are found, and their --backend-config."""
         return BackendSettings.from_flags(self.backend_directory, self.backend_config)
+
+    def response_cache_bytes(self) -> int:
+        """Each node's response cache size (0: no response cache)."""
+        return parse_cache_config(self.cache_config)
 
     def log_settings(self) -> LogSettings:
         """The start-up log settings these args describe (the ``log_*`` fields)."""

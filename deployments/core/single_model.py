@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.core.batching import AdmissionFactory, BatchPolicy, DynamicBatcher
 from deployments.core.batching.sequences import SequenceBatcher
+from deployments.core.response_cache import CacheUnavailableError, ModelResponseCache, answers
 from deployments.core.served_model import ModelMetadata, model_metadata, select_outputs
 from deployments.observability.statistics import ModelStatistics, VersionMetrics, VersionStatistics
 from deployments.observability.tracing import TRACER, child_trace
@@ -68,6 +69,7 @@ class SingleModel:
         admission: AdmissionFactory | None = None,
         backend_file: Path | None = None,
         backend_config: Mapping[str, str] | None = None,
+        cache: ModelResponseCache | None = None,
     ) -> None:
         """Load ``versions`` of the model in ``model_dir`` as ``instance`` (or instances: each
         loads every version and runs batches in parallel with the others).
@@ -76,6 +78,8 @@ class SingleModel:
         sends requests straight to the batch queue). ``backend_file``: the Triton C/C++ library or
         python-based backend the repository scan found for the config's backend (None: one of
         rayton's), ``backend_config`` that library's settings (``--backend-config``).
+        ``cache``: where this model's responses are cached (its config enables the response
+        cache and the server has one).
         """
         self.config = config
         self.name = config.name
@@ -91,6 +95,8 @@ class SingleModel:
         self.runners: dict[int, VersionRunner] = {}
         self.errors: dict[int, str] = {}
         self._admission = admission
+        self._cache = cache
+        self._output_names = [output.name for output in config.output]
         instances = [instance] if isinstance(instance, InstanceSpec) else list(instance)
         for version in versions:
             model = ModelVersion(
@@ -207,7 +213,11 @@ class SingleModel:
         :mod:`deployments.metrics.families`): the statistics' records, the queue, load time."""
         return [
             runner.statistics.metrics_entry()
-            | {"pending": runner.batcher.pending_count, "load_duration_s": runner.load_duration_s}
+            | {
+                "pending": runner.batcher.pending_count,
+                "load_duration_s": runner.load_duration_s,
+                "response_cache": self._cache is not None,
+            }
             for _, runner in sorted(self.runners.items())
         ]
 
@@ -234,7 +244,7 @@ class SingleModel:
             raise DecoupledModelError(self.name)
         with self._traced(request):
             runner, rows = self._admit(request)
-            return self._finish(request, runner, await runner.submit(request, rows))
+            return self._finish(request, runner, await self._run(request, runner, rows))
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
         """Validate, queue, execute: the responses the model sends for ``request``, each as
@@ -249,7 +259,7 @@ class SingleModel:
             runner, rows = self._admit(request)
             if not self.decoupled:
                 try:
-                    response = await runner.submit(request, rows)
+                    response = await self._run(request, runner, rows)
                 except InferenceServerError as err:
                     yield StreamedResponse(err, True)
                     return
@@ -270,6 +280,28 @@ class SingleModel:
                     stream.cancel()
                     if not execution.done():
                         execution.cancel()
+
+    async def _run(self, request: InferRequest, runner: VersionRunner, rows: int) -> InferResponse:
+        """``request``'s response: from the response cache where the model's is on and holds
+        it, else from an execution (whose outputs the cache then keeps)."""
+        if self._cache is None:
+            return await runner.submit(request, rows)
+        arrival_ns = time.monotonic_ns()
+        key = self._cache.key(runner.version, request.inputs)
+        lookup_start_ns = time.monotonic_ns()
+        try:
+            cached = await self._cache.store.lookup(key)
+        except CacheUnavailableError:
+            return await runner.submit(request, rows)
+        lookup_ns = time.monotonic_ns() - lookup_start_ns
+        if cached is not None and answers(cached, request.outputs, self._output_names):
+            runner.statistics.record_cache_hit(arrival_ns, lookup_start_ns, lookup_ns)
+            return InferResponse(self.name, str(runner.version), list(cached))
+        response = await runner.submit(request, rows)
+        insert_start_ns = time.monotonic_ns()
+        await self._cache.store.insert(key, list(response.outputs))
+        runner.statistics.record_cache_miss(lookup_ns + time.monotonic_ns() - insert_start_ns)
+        return response
 
     @contextlib.contextmanager
     def _traced(self, request: InferRequest) -> Iterator[None]:

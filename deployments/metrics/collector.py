@@ -1,5 +1,5 @@
-"""What ``/metrics`` shows: every replica's model counters and custom metrics, and the node's
-CPU and GPU gauges, as Triton's families.
+"""What ``/metrics`` shows: every replica's model counters and custom metrics, the node's
+CPU and GPU gauges and the response caches', as Triton's families.
 
 Ray-free: :class:`MetricsCollector` gets an awaitable that returns one :class:`MetricsSnapshot`
 per replica; the deployment (:mod:`deployments.apps.metrics_deployment`) gathers them over Serve.
@@ -9,10 +9,13 @@ moment); CPU and GPU gauges are sampled every ``metrics_interval_ms``, as Triton
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from deployments.core.response_cache import CacheUsage
+from deployments.metrics.cache_gauges import cache_families
 from deployments.metrics.custom import custom_families, merge_custom
 from deployments.metrics.exposition import Family, render
 from deployments.metrics.families import LatencyOptions, merge_versions, model_families
@@ -38,13 +41,22 @@ class MetricsSnapshot:
 
 
 ReplicaSnapshots = Callable[[], Awaitable[list[MetricsSnapshot]]]
+# Every node's response cache (None: the server has no response cache).
+CacheUsages = Callable[[], Awaitable[list[CacheUsage] | None]]
+
+
+async def _no_cache() -> list[CacheUsage] | None:
+    return None
 
 
 class MetricsCollector:
     """Builds the families of ``/metrics``; one per metrics endpoint."""
 
-    def __init__(self, fetch: ReplicaSnapshots, args: MetricsAppArgs) -> None:
+    def __init__(
+        self, fetch: ReplicaSnapshots, args: MetricsAppArgs, caches: CacheUsages = _no_cache
+    ) -> None:
         self._fetch = fetch
+        self._caches = caches
         self._latency = LatencyOptions(
             counter_latencies=args.setting("counter_latencies", True),
             summary_latencies=args.setting("summary_latencies", False),
@@ -74,8 +86,9 @@ class MetricsCollector:
         return versions, custom
 
     async def families(self) -> list[Family]:
-        versions, custom = await self.snapshot()
-        return model_families(versions, self._latency) + custom_families(custom) + self._system
+        (versions, custom), caches = await asyncio.gather(self.snapshot(), self._caches())
+        families = model_families(versions, self._latency) + custom_families(custom)
+        return families + self._system + ([] if caches is None else cache_families(caches))
 
     async def text(self) -> str:
         """The ``/metrics`` page."""

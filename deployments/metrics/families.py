@@ -29,6 +29,10 @@ SUMMED_FIELDS = (
     "compute_input_ns",
     "compute_infer_ns",
     "compute_output_ns",
+    "cache_hit_count",
+    "cache_hit_ns",
+    "cache_miss_count",
+    "cache_miss_ns",
     "pending",
 )
 
@@ -73,6 +77,28 @@ _DURATIONS = (
         "nv_inference_compute_output_duration_us",
         "compute_output_ns",
         f"Cumulative inference compute output duration in microseconds {_NOT_CACHED}",
+    ),
+)
+# (family, entry field, help, whether it is a duration): a cached model's response cache.
+_CACHE_COUNTERS = (
+    ("nv_cache_num_hits_per_model", "cache_hit_count", "Number of cache hits per model", False),
+    (
+        "nv_cache_hit_duration_per_model",
+        "cache_hit_ns",
+        "Total cache hit duration per model, in microseconds",
+        True,
+    ),
+    (
+        "nv_cache_num_misses_per_model",
+        "cache_miss_count",
+        "Number of cache misses per model",
+        False,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "cache_miss_ns",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        True,
     ),
 )
 FAILURE_HELP = "Number of failed inference requests, all batch sizes"
@@ -183,6 +209,14 @@ def model_families(
             family = Family(name, "counter", help_text)
             for entry in versions:
                 family.add(labels_of(entry), int(entry.get(field_name, 0)) // 1000)
+            families.append(family)
+    cached = [entry for entry in versions if entry.get("response_cache")]
+    if cached:
+        for name, field_name, help_text, in_us in _CACHE_COUNTERS:
+            family = Family(name, "counter", help_text)
+            for entry in cached:
+                value = int(entry.get(field_name, 0))
+                family.add(labels_of(entry), value // 1000 if in_us else value)
             families.append(family)
     if options.summary_latencies:
         families += _summary_families(versions, options.quantiles)

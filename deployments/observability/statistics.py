@@ -86,11 +86,16 @@ class VersionMetrics(TypedDict):
     compute_input_ns: int
     compute_infer_ns: int
     compute_output_ns: int
+    cache_hit_count: int
+    cache_hit_ns: int
+    cache_miss_count: int
+    cache_miss_ns: int
     latency_windows: dict[str, dict[int, dict[int, int]]]  # by LATENCY_KINDS: sketch slots
     # Added by the served model: requests queued now, load time, a GPU model's device.
     pending: NotRequired[int]
     load_duration_s: NotRequired[float]
     gpu_uuid: NotRequired[str]
+    response_cache: NotRequired[bool]  # the version's responses are cached
 
 
 @dataclass
@@ -228,6 +233,24 @@ class VersionStatistics:
                 durations[kind].add(ns)
                 latencies[kind].observe(ns / 1000, now)
 
+    def record_cache_hit(self, arrival_ns: int, lookup_start_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: a success without an execution, its
+        queue time until the lookup (as Triton counts a hit)."""
+        now_ns = time.monotonic_ns()
+        durations = self.durations
+        durations["success"].add(now_ns - arrival_ns)
+        durations["queue"].add(lookup_start_ns - arrival_ns)
+        durations["cache_hit"].add(lookup_ns)
+        now = time.time()
+        self.latencies["request"].observe((now_ns - arrival_ns) / 1000, now)
+        self.latencies["queue"].observe((lookup_start_ns - arrival_ns) / 1000, now)
+
+    def record_cache_miss(self, miss_ns: int) -> None:
+        """A request the cache did not hold, recorded with its execution: its lookup and
+        insertion time, added to its request time as Triton adds it."""
+        self.durations["cache_miss"].add(miss_ns)
+        self.durations["success"].ns += miss_ns
+
     def record_failure(self, arrival_ns: int, reason: str) -> None:
         """A request that failed without an execution of its own (``reason``: one of
         :data:`FAILURE_REASONS`)."""
@@ -250,6 +273,10 @@ class VersionStatistics:
             "compute_input_ns": durations["compute_input"].ns,
             "compute_infer_ns": durations["compute_infer"].ns,
             "compute_output_ns": durations["compute_output"].ns,
+            "cache_hit_count": durations["cache_hit"].count,
+            "cache_hit_ns": durations["cache_hit"].ns,
+            "cache_miss_count": durations["cache_miss"].count,
+            "cache_miss_ns": durations["cache_miss"].ns,
             "latency_windows": {kind: s.snapshot() for kind, s in self.latencies.items()},
         }
 

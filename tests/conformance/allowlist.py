@@ -358,3 +358,24 @@ SEQUENCE_ALLOWED: tuple[Difference, ...] = (
         "sequence_direct_stats", "/model_stats/sequence_direct:1/batch_stats", _DIRECT_SLOTS
     ),
 )
+
+# The response cache (tests/conformance/test_response_cache.py).
+_WHOLE_ENTRY = (
+    "Triton 2.51 answers a hit with every output of the cached response, whatever the request "
+    "names (its key is the inputs alone); rayton answers the outputs named, and runs the "
+    "request when the entry lacks one of them"
+)
+_CACHE_GAUGES = (
+    "Triton 2.51's local cache leaves its server-wide counters at 0 (only nv_cache_util moves); "
+    "rayton reports its node caches' counts"
+)
+CACHE_ALLOWED: tuple[Difference, ...] = (
+    Difference("cache_hit_named", "/outputs", _WHOLE_ENTRY),
+    Difference("cache_partial_entry", "/1/outputs/0/*", _WHOLE_ENTRY),
+    Difference(
+        "cache_metrics_counts",
+        "/nv_cache_*{}",
+        _CACHE_GAUGES,
+        relation=lambda reference, rayton: reference in (0, False) and rayton not in (0, False),
+    ),
+)

@@ -122,18 +122,35 @@ def assert_entries_still_match(
 
 @contextlib.contextmanager
 def both_serving(
-    serve_cluster: Any, repository: Path, registry: CaseRegistry
+    serve_cluster: Any,
+    repository: Path,
+    registry: CaseRegistry,
+    server_args: Sequence[str] = (),
+    cache_config: list[str] | None = None,
 ) -> Iterator[dict[str, Observations]]:
     """``registry``'s observations of the reference and of rayton, each serving
     ``repository`` with every model loaded (rayton through ``serve_cluster``, its models
-    removed afterwards)."""
+    removed afterwards), both with ``/metrics``. ``server_args``: the reference's extra flags;
+    ``cache_config``: both servers' ``--cache-config``."""
     from tests.support.ports import free_port
 
-    with reference_serving(repository) as reference:
-        grpc_port = free_port()
-        rayton = Server("rayton", serve_cluster.http_url, f"127.0.0.1:{grpc_port}")
+    cache_args = [f"--cache-config={value}" for value in cache_config or ()]
+    with reference_serving(repository, [*server_args, *cache_args]) as reference:
+        grpc_port, metrics_port = free_port(), free_port()
+        rayton = Server(
+            "rayton",
+            serve_cluster.http_url,
+            f"127.0.0.1:{grpc_port}",
+            f"http://127.0.0.1:{metrics_port}/metrics",
+        )
         try:
-            serve_cluster.deploy_live(repository, "none", grpc_port=grpc_port)
+            serve_cluster.deploy_live(
+                repository,
+                "none",
+                grpc_port=grpc_port,
+                metrics_port=metrics_port,
+                cache_config=cache_config,
+            )
             wait_ready(serve_cluster.http_url, timeout_s=120)
             yield observe((reference, rayton), registry)
         finally:

@@ -42,6 +42,7 @@ SERVE_FLAGS = ENDPOINT_FLAGS | {
     "--host-replicas",
     "--model-file-override-dir",
     "--strict-readiness",
+    "--cache-config",
     "--log-file",
     "--log-info",
     "--log-warning",
@@ -158,6 +159,21 @@ def test_backend_config_flags_reach_the_backend_settings():
     assert message == (
         "--backend-config option format is '<backend name>,<setting>=<value>', got 'factor=3'"
     )
+
+
+def test_cache_config_sets_each_nodes_response_cache_size():
+    settings = serve_settings("--cache-config", "local,size=1048576")
+    assert settings.server.response_cache_bytes() == 1048576
+    assert serve_settings().server.response_cache_bytes() == 0
+    for value, problem in (
+        ("size=10", " option format is '<cache name>,<setting>=<value>', got 'size=10'"),
+        ("redis,host=h", ": only the 'local' response cache is supported, got 'redis'"),
+        ("local,capacity=10", ": the local cache has no setting 'capacity'"),
+        ("local,size=1k", ": size must be a number of bytes, got '1k'"),
+    ):
+        with pytest.raises(ValidationError) as refused:
+            serve_settings("--cache-config", value)
+        assert validation_message(refused.value, ServeSettings) == f"--cache-config{problem}"
 
 
 class Inner(BaseModel):

@@ -127,3 +127,25 @@ def test_summary_latencies_add_quantiles_over_every_replicas_last_minute():
     }
     assert abs(infer["0.5"] - 50) / 50 < 0.03
     assert "nv_inference_queue_summary_us" not in by_name(model_families(merged))  # off by default
+
+
+def test_cached_versions_get_tritons_per_model_cache_counters_summed_over_replicas():
+    cached = {"response_cache": True, "cache_hit_count": 2, "cache_hit_ns": 5_000}
+    merged = merge_versions(
+        [
+            entry(**cached, cache_miss_count=1, cache_miss_ns=40_000),
+            entry(**cached, cache_miss_count=0, cache_miss_ns=0),
+            entry(model="plain"),
+        ]
+    )
+    families = by_name(model_families(merged))
+    hits = families["nv_cache_num_hits_per_model"].samples
+    assert [(s.labels["model"], s.value) for s in hits] == [("m", 4)]
+    assert families["nv_cache_hit_duration_per_model"].samples[0].value == 10  # us
+    assert families["nv_cache_num_misses_per_model"].samples[0].value == 1
+    assert families["nv_cache_miss_duration_per_model"].samples[0].value == 40
+    names = list(families)
+    assert names.index("nv_inference_compute_output_duration_us") + 1 == names.index(
+        "nv_cache_num_hits_per_model"
+    )
+    assert "nv_cache_num_hits_per_model" not in by_name(model_families(merge_versions([entry()])))
