@@ -15,6 +15,8 @@ from deployments.apps.model_deployment import (
     spec_from_user_config,
     spec_to_user_config,
 )
+from deployments.apps.node_response_cache import NodeResponseStore, model_cache
+from deployments.apps.repository_access import ControllerCaches
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.served_model import ServedModel
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
@@ -46,6 +48,7 @@ class TritonEnsemble(ServedModelDeployment):
 
     def __init__(self, name: str, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         self._members = ModelHandles()
+        self._cache_store = NodeResponseStore(ControllerCaches())
         super().__init__(name, max_input_size)
 
     def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
@@ -55,7 +58,12 @@ class TritonEnsemble(ServedModelDeployment):
 
         def load() -> ServedModel:
             return EnsembleModel(
-                config, spec.versions, spec.labels, self._call_member, self._stream_member
+                config,
+                spec.versions,
+                spec.labels,
+                self._call_member,
+                self._stream_member,
+                model_cache(config, spec.generation, self._cache_store),
             )
 
         return load

@@ -128,6 +128,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
                     ensemble.labels,
                     self._call_member,
                     self._stream_member,
+                    model_cache(config, ensemble.generation, self._cache_store),
                 )
 
             return spec_generation(entry["spec"]), load_ensemble

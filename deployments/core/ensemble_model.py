@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from deployments.core.response_cache import CacheUnavailableError, ModelResponseCache, answers
 from deployments.core.served_model import ModelMetadata, model_metadata, select_outputs
 from deployments.observability.statistics import (
     CANCELED,
@@ -59,9 +60,12 @@ class EnsembleModel:
         labels: dict[str, list[str]],
         call_member: MemberCall,
         stream_member: MemberStream | None = None,
+        cache: ModelResponseCache | None = None,
     ) -> None:
         """``call_member`` runs a step; ``stream_member`` reads a step's responses (a decoupled
-        ensemble's steps; None: this ensemble is not served decoupled)."""
+        ensemble's steps; None: this ensemble is not served decoupled); ``cache``: where the
+        ensemble's responses are cached (its config enables the response cache), a hit
+        running no step."""
         self.config = config
         self.name = config.name
         self.labels = labels
@@ -74,6 +78,8 @@ class EnsembleModel:
         self._config_json = config_to_json_dict(config)
         self._batching = config.max_batch_size > 0
         self._statistics = {v: VersionStatistics(self.name, str(v)) for v in versions}
+        self._cache = cache
+        self._output_names = [output.name for output in config.output]
 
     # ------------------------------------------------------------------ protocol API
 
@@ -110,12 +116,13 @@ class EnsembleModel:
     def metrics(self) -> list[VersionMetrics]:
         """Per-version counters of Triton's metric families (nothing waits in a queue here)."""
         return [
-            self._statistics[v].metrics_entry() | {"pending": 0, "load_duration_s": 0.0}
+            self._statistics[v].metrics_entry()
+            | {"pending": 0, "load_duration_s": 0.0, "response_cache": self._cache is not None}
             for v in self.versions
         ]
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        """Run the steps; the ensemble's response.
+        """Run the steps (or answer from the response cache); the ensemble's response.
 
         Raises:
             DecoupledModelError: a member is decoupled (:meth:`infer_stream` reads it).
@@ -125,12 +132,56 @@ class EnsembleModel:
         arrival_ns = time.monotonic_ns()
         version = self._version(request.model_version)
         rows = self._validator.validate(request)
-        statistics = self._statistics[version]
         owned = child_trace(request)
         trace = request.trace
         if trace is not None:
             trace.model_version = version
             trace.stamp("REQUEST_START", arrival_ns)
+        try:
+            if self._cache is None:
+                return (await self._run(request, version, rows, arrival_ns))[0]
+            return await self._run_cached(request, version, rows, arrival_ns, self._cache)
+        finally:
+            if trace is not None:
+                trace.stamp("REQUEST_END")
+                if owned:
+                    TRACER.finish(trace)
+
+    async def _run_cached(
+        self,
+        request: InferRequest,
+        version: int,
+        rows: int,
+        arrival_ns: int,
+        cache: ModelResponseCache,
+    ) -> InferResponse:
+        """The response from the cache when it holds it, else from the steps (whose outputs
+        the cache then keeps); statistics as Triton counts a hit and a miss."""
+        statistics = self._statistics[version]
+        key = cache.key(version, request.inputs)
+        lookup_start_ns = time.monotonic_ns()
+        try:
+            cached = await cache.store.lookup(key)
+        except CacheUnavailableError:
+            return (await self._run(request, version, rows, arrival_ns))[0]
+        lookup_ns = time.monotonic_ns() - lookup_start_ns
+        if cached is not None and answers(cached, request.outputs, self._output_names):
+            statistics.record_cache_hit(arrival_ns, lookup_start_ns, lookup_ns)
+            response = self._response(request, version, {tensor.name: tensor for tensor in cached})
+            response.parameters = {}  # Triton's cached response has no sequence parameters
+            return response
+        response, outputs = await self._run(request, version, rows, arrival_ns)
+        insert_start_ns = time.monotonic_ns()
+        await cache.store.insert(key, outputs)
+        statistics.record_cache_miss(lookup_ns + time.monotonic_ns() - insert_start_ns)
+        return response
+
+    async def _run(
+        self, request: InferRequest, version: int, rows: int, arrival_ns: int
+    ) -> tuple[InferResponse, list[InferTensor]]:
+        """Run the steps: the ensemble's response, and every ensemble output they produced
+        (what the response cache keeps)."""
+        statistics = self._statistics[version]
         start_ns = time.monotonic_ns()
         try:
             tensors, compute = await self._run_steps(request)
@@ -139,18 +190,14 @@ class EnsembleModel:
             cancelled = isinstance(err, asyncio.CancelledError)
             statistics.record_failure(arrival_ns, CANCELED if cancelled else OTHER)
             raise
-        finally:
-            if trace is not None:
-                trace.stamp("REQUEST_END")
-                if owned:
-                    TRACER.finish(trace)
         # Triton's ensemble statistics: its own queue time, its members' compute time sums.
         statistics.record_composed(
             start_ns, time.monotonic_ns(), compute, [RequestOutcome(arrival_ns, rows, False)]
         )
         response = self._response(request, version, tensors)
         response.compute = compute  # an ensemble over this one sums these too
-        return response
+        outputs = [tensors[name] for name in self._output_names if name in tensors]
+        return response, outputs
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
         """The ensemble's responses: one per branch of a decoupled ensemble, the last final

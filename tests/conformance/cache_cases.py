@@ -48,6 +48,26 @@ class TritonPythonModel:
 """
 
 
+# An ensemble whose config enables the cache, over a member whose config does not: a hit on
+# the ensemble runs no step.
+ENSEMBLE_MODEL = "cached_chain"
+MEMBER_MODEL = "plain_pair"
+ENSEMBLE_CONFIG = """\
+name: "cached_chain"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+response_cache { enable: true }
+ensemble_scheduling {
+  step [
+    { model_name: "plain_pair" model_version: -1
+      input_map { key: "IN" value: "X" } output_map { key: "DOUBLE" value: "Y" } }
+  ]
+}
+"""
+
+
 def value(number: float) -> list[TensorSpec]:
     return [TensorSpec("IN", np.full((1, 4), number, np.float32), "FP32")]
 
@@ -85,6 +105,17 @@ def _(t: Target) -> Any:
 @case("cache_stats", "cache", "statistics: hits and misses, executions only for misses")
 def _(t: Target) -> Any:
     return t.client.counted_statistics(CACHED_MODEL, 2)
+
+
+@case("cache_ensemble", "cache", "an ensemble with the cache: a miss, then a hit")
+def _(t: Target) -> Any:
+    inputs = [TensorSpec("X", np.full((1, 4), 4.0, np.float32), "FP32")]
+    return [t.client.infer(ENSEMBLE_MODEL, inputs), t.client.infer(ENSEMBLE_MODEL, inputs)]
+
+
+@case("cache_ensemble_stats", "cache", "statistics of the ensemble and of its member")
+def _(t: Target) -> Any:
+    return [t.client.statistics(ENSEMBLE_MODEL), t.client.counted_statistics(MEMBER_MODEL, 1)]
 
 
 @case("cache_metrics_families", "cache", "/metrics: the cache's families", raw=True)

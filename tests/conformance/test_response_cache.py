@@ -15,6 +15,9 @@ from tests.conformance.cache_cases import (
     CACHED_CONFIG,
     CACHED_MODEL,
     CACHED_MODEL_PY,
+    ENSEMBLE_CONFIG,
+    ENSEMBLE_MODEL,
+    MEMBER_MODEL,
     PARTIAL_MODEL,
 )
 from tests.conformance.checks import (
@@ -39,6 +42,14 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
         config = CACHED_CONFIG.replace(f'"{CACHED_MODEL}"', f'"{model}"')
         (repository / model / "config.pbtxt").write_text(config)
         (repository / model / "1" / "model.py").write_text(CACHED_MODEL_PY)
+    (repository / MEMBER_MODEL / "1").mkdir(parents=True)
+    member = CACHED_CONFIG.replace(f'"{CACHED_MODEL}"', f'"{MEMBER_MODEL}"')
+    (repository / MEMBER_MODEL / "config.pbtxt").write_text(
+        member.replace("response_cache { enable: true }\n", "")
+    )
+    (repository / MEMBER_MODEL / "1" / "model.py").write_text(CACHED_MODEL_PY)
+    (repository / ENSEMBLE_MODEL / "1").mkdir(parents=True)
+    (repository / ENSEMBLE_MODEL / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     with both_serving(
         serve_cluster, repository, CACHE_REGISTRY, cache_config=CACHE_CONFIG
     ) as observed:

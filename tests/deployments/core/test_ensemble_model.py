@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from deployments.core.ensemble_model import EnsembleModel
+from deployments.core.response_cache import LocalResponseStore, ModelResponseCache
 from repo_adapter.config import normalize_config, parse_config_text
 from repo_adapter.errors import DecoupledModelError, InferenceServerError
 from repo_adapter.inference_types import ComputeTimes, InferRequest, InferResponse, InferTensor
@@ -125,3 +126,26 @@ async def test_a_decoupled_members_error_fails_the_ensemble_request_and_infer_is
         _ = [item async for item in failing.infer_stream(request())]
     with pytest.raises(DecoupledModelError):
         await failing.infer(request())
+
+
+async def test_a_cached_ensemble_answers_a_repeated_request_without_running_a_step():
+    config = parse_config_text(PIPELINE, "pipeline/config.pbtxt")
+    normalize_config(config)
+    calls: list[str] = []
+
+    async def counted(step: InferRequest) -> InferResponse:
+        calls.append(step.model_name)
+        return await member(step)
+
+    store = LocalResponseStore(1 << 20)
+    ensemble = EnsembleModel(
+        config, [1], {}, counted, cache=ModelResponseCache(store, "pipeline\0g")
+    )
+    first = await ensemble.infer(request())
+    again = await ensemble.infer(request())
+    np.testing.assert_array_equal(again.output("OUT").data, first.output("OUT").data)
+    assert calls == ["plus_one", "double"]  # the second request ran no step
+    assert again.parameters == {}  # as Triton's cached response
+    inference = ensemble.statistics()[0]["inference_stats"]
+    assert (inference["cache_hit"]["count"], inference["cache_miss"]["count"]) == (1, 1)
+    assert inference["success"]["count"] == 2 and inference["compute_infer"]["count"] == 1
