@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tests.conformance.allowlist import (
     ALLOWED,
+    CACHE_ALLOWED,
     DECOUPLED_ALLOWED,
     EXPLICIT_ALLOWED,
     KNOWN_GAPS,
@@ -27,6 +28,7 @@ from tests.conformance.allowlist import (
     SEQUENCE_ALLOWED,
     Difference,
 )
+from tests.conformance.cache_cases import CACHE_REGISTRY
 from tests.conformance.cases import CASES, MODELS, NOT_COMPARED
 from tests.conformance.decoupled_cases import DECOUPLED_REGISTRY
 from tests.conformance.explicit_cases import EXPLICIT_REGISTRY
@@ -61,6 +63,9 @@ GROUP_TITLES = {
     "sequence": "Sequence batcher (a stateful python model with START, END, READY and CORRID "
     "control inputs, `oldest` and `direct` strategies, and a python model with implicit "
     "state, `tests/conformance/test_sequence_models.py`)",
+    "cache": "Response cache (`--cache-config local,size=1048576` on both; a python model with "
+    "`response_cache { enable: true }` and an ensemble with it over a member without it, "
+    "`tests/conformance/test_response_cache.py`)",
     "generate": "Generate extension (`/generate`, `/generate_stream` as server-sent events, on "
     "the decoupled models above and a plain python model, "
     "`tests/conformance/test_decoupled_models.py`)",
@@ -95,6 +100,7 @@ def case_lines() -> list[str]:
             *NATIVE_REGISTRY.cases,
             *DECOUPLED_REGISTRY.cases,
             *SEQUENCE_REGISTRY.cases,
+            *CACHE_REGISTRY.cases,
         )
         cases = [case for case in every if case.group == group]
         counts = Counter(_generic(case.description) for case in cases)
@@ -162,7 +168,12 @@ def render() -> str:
         "### Different by design",
         "",
         *difference_lines(
-            ALLOWED + EXPLICIT_ALLOWED + NATIVE_ALLOWED + DECOUPLED_ALLOWED + SEQUENCE_ALLOWED
+            ALLOWED
+            + EXPLICIT_ALLOWED
+            + NATIVE_ALLOWED
+            + DECOUPLED_ALLOWED
+            + SEQUENCE_ALLOWED
+            + CACHE_ALLOWED
         ),
         "",
     ]
