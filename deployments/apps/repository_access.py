@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import ray
 from ray import serve
-from ray.actor import ActorHandle
 
 from deployments.apps.handles import ModelHandles
 from deployments.core.server_core import RepositoryView, ServerCore
@@ -88,10 +88,11 @@ class ControllerSettings(_ControllerHandle):
 
 
 class ControllerCaches(_ControllerHandle):
-    """The node response caches the controller keeps (a replica's
+    """Where this node's response cache answers, as the controller says (a replica's
     :data:`~deployments.apps.node_response_cache.CacheFinder`)."""
 
-    async def __call__(self, node_id: str) -> ActorHandle | None:
+    async def __call__(self) -> str | None:
+        node_id = ray.get_runtime_context().get_node_id()
         return await self._read(lambda handle: handle.response_cache.remote(node_id))
 
 

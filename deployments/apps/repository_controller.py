@@ -33,7 +33,6 @@ import time
 from dataclasses import replace
 
 from ray import serve
-from ray.actor import ActorHandle
 
 from cluster.placement import ModelPlacement, placement_for
 from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
@@ -381,10 +380,10 @@ class RepositoryController:
 
     # ------------------------------------------------------------------ views
 
-    def response_cache(self, node_id: str) -> ActorHandle | None:
-        """The response cache the replicas on ``node_id`` share (None: the server has no
-        response cache, ``--cache-config``)."""
-        return self._caches.for_node(node_id)
+    async def response_cache(self, node_id: str) -> str | None:
+        """Where the response cache the replicas on ``node_id`` share answers (its Unix
+        socket; None: the server has no response cache, ``--cache-config``)."""
+        return await self._caches.socket_for_node(node_id)
 
     async def response_cache_usage(self) -> list[CacheUsage] | None:
         """Every node cache's size and counters (None: the server has no response cache)."""

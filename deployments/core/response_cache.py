@@ -15,6 +15,8 @@ first; the node's cache actor keeps one for every replica of the node
 from __future__ import annotations
 
 import hashlib
+import json
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -23,10 +25,10 @@ from typing import Protocol
 
 import numpy as np
 
-from repo_adapter.datatypes import serialize_bytes_tensor
+from repo_adapter.datatypes import serialize_bytes_tensor, tensor_from_bytes, tensor_to_bytes
 from repo_adapter.inference_types import InferTensor, RequestedOutput
 
-# What one entry costs beside its tensors' bytes: its key, names and bookkeeping.
+# What one entry costs beside its encoded bytes: its key and the store's bookkeeping.
 ENTRY_OVERHEAD_BYTES = 256
 
 
@@ -49,15 +51,31 @@ def _tensor_bytes(tensor: InferTensor) -> bytes | np.ndarray:
     return np.ascontiguousarray(tensor.data)  # a buffer: hashed without a copy
 
 
-def entry_bytes(outputs: Sequence[InferTensor]) -> int:
-    """What an entry of ``outputs`` counts against the cache's size."""
-    total = ENTRY_OVERHEAD_BYTES
-    for tensor in outputs:
-        if tensor.datatype == "BYTES":
-            total += sum(len(item) + 4 for item in tensor.data.reshape(-1))
-        else:
-            total += tensor.data.nbytes
-    return total
+def encode_entry(outputs: Sequence[InferTensor]) -> bytes:
+    """``outputs`` as one cache entry: a JSON header (each tensor's name, datatype, shape and
+    byte size) after its 4-byte length, then the tensors' raw bytes."""
+    buffers = [tensor_to_bytes(tensor.data, tensor.datatype) for tensor in outputs]
+    header = json.dumps(
+        [
+            [tensor.name, tensor.datatype, list(tensor.shape), len(buffer)]
+            for tensor, buffer in zip(outputs, buffers, strict=True)
+        ]
+    ).encode()
+    return b"".join([struct.pack("<I", len(header)), header, *buffers])
+
+
+def decode_entry(entry: bytes) -> list[InferTensor]:
+    """The outputs :func:`encode_entry` made ``entry`` of (fixed-size tensors are read-only
+    views over it)."""
+    (header_size,) = struct.unpack_from("<I", entry)
+    view = memoryview(entry)
+    offset = 4 + header_size
+    outputs = []
+    for name, datatype, shape, size in json.loads(view[4:offset].tobytes()):
+        data = tensor_from_bytes(view[offset : offset + size], datatype, tuple(shape))
+        outputs.append(InferTensor(name, datatype, data))
+        offset += size
+    return outputs
 
 
 @dataclass(frozen=True)
@@ -76,16 +94,17 @@ class CacheUsage:
 
 
 class LruResponseStore:
-    """Responses by key within ``capacity_bytes``, the least recently used evicted first."""
+    """Entries (:func:`encode_entry`) by key within ``capacity_bytes``, the least recently
+    used evicted first; an entry counts its bytes and :data:`ENTRY_OVERHEAD_BYTES`."""
 
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity_bytes = capacity_bytes
-        self._entries: OrderedDict[bytes, tuple[list[InferTensor], int]] = OrderedDict()
+        self._entries: OrderedDict[bytes, bytes] = OrderedDict()
         self._used = 0
         self._lookups = self._hits = self._evictions = 0
         self._lookup_ns = self._insertion_ns = 0
 
-    def get(self, key: bytes) -> list[InferTensor] | None:
+    def get(self, key: bytes) -> bytes | None:
         started = time.monotonic_ns()
         self._lookups += 1
         entry = self._entries.get(key)
@@ -93,23 +112,23 @@ class LruResponseStore:
             self._entries.move_to_end(key)
             self._hits += 1
         self._lookup_ns += time.monotonic_ns() - started
-        return None if entry is None else entry[0]
+        return entry
 
-    def put(self, key: bytes, outputs: list[InferTensor]) -> bool:
-        """Keep ``outputs`` under ``key``, evicting what it needs; False when the entry is
+    def put(self, key: bytes, entry: bytes) -> bool:
+        """Keep ``entry`` under ``key``, evicting what it needs; False when the entry is
         larger than the whole cache (it is not kept)."""
         started = time.monotonic_ns()
-        size = entry_bytes(outputs)
+        size = len(entry) + ENTRY_OVERHEAD_BYTES
         if size > self.capacity_bytes:
             return False
         old = self._entries.pop(key, None)
         if old is not None:
-            self._used -= old[1]
+            self._used -= len(old) + ENTRY_OVERHEAD_BYTES
         while self._used + size > self.capacity_bytes:
-            _, (_, evicted) = self._entries.popitem(last=False)
-            self._used -= evicted
+            _, evicted = self._entries.popitem(last=False)
+            self._used -= len(evicted) + ENTRY_OVERHEAD_BYTES
             self._evictions += 1
-        self._entries[key] = (outputs, size)
+        self._entries[key] = entry
         self._used += size
         self._insertion_ns += time.monotonic_ns() - started
         return True
@@ -157,10 +176,11 @@ class LocalResponseStore:
         self.store = LruResponseStore(capacity_bytes)
 
     async def lookup(self, key: bytes) -> list[InferTensor] | None:
-        return self.store.get(key)
+        entry = self.store.get(key)
+        return None if entry is None else decode_entry(entry)
 
     async def insert(self, key: bytes, outputs: list[InferTensor]) -> None:
-        self.store.put(key, outputs)
+        self.store.put(key, encode_entry(outputs))
 
 
 @dataclass(frozen=True)

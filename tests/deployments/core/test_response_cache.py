@@ -16,7 +16,8 @@ from deployments.core.response_cache import (
     LruResponseStore,
     ModelResponseCache,
     answers,
-    entry_bytes,
+    decode_entry,
+    encode_entry,
     request_key,
 )
 from deployments.core.single_model import SingleModel
@@ -55,28 +56,43 @@ def test_bytes_inputs_are_keyed_by_their_elements():
     assert one == request_key("m", 1, [tensor("S", [b"ab", b"c"], "BYTES")])
 
 
+def test_an_entry_keeps_every_outputs_name_datatype_shape_and_data():
+    outputs = [
+        tensor("OUT", [[1.0, 2.0], [3.0, 4.0]]),
+        tensor("TEXT", [b"ab", b"", b"\x00c"], "BYTES"),
+        tensor("N", [[7]], "INT32"),
+    ]
+    decoded = decode_entry(encode_entry(outputs))
+    assert [(t.name, t.datatype, t.shape) for t in decoded] == [
+        ("OUT", "FP32", (2, 2)),
+        ("TEXT", "BYTES", (3,)),
+        ("N", "INT32", (1, 1)),
+    ]
+    for mine, theirs in zip(decoded, outputs, strict=True):
+        np.testing.assert_array_equal(mine.data, theirs.data)
+
+
 def test_the_store_evicts_the_least_recently_used_within_its_size():
-    outputs = [tensor("OUT", np.zeros(100))]  # 400 bytes
-    size = entry_bytes(outputs)
-    assert size == 400 + ENTRY_OVERHEAD_BYTES
+    entry = b"x" * 400
+    size = len(entry) + ENTRY_OVERHEAD_BYTES
     store = LruResponseStore(3 * size)
     for key in (b"a", b"b", b"c"):
-        assert store.put(key, outputs)
-    assert store.get(b"a") is outputs  # now the most recently used
-    store.put(b"d", outputs)  # evicts b, the least recently used
+        assert store.put(key, entry)
+    assert store.get(b"a") == entry  # now the most recently used
+    store.put(b"d", entry)  # evicts b, the least recently used
     assert store.get(b"b") is None
-    assert all(store.get(key) is outputs for key in (b"a", b"c", b"d"))
+    assert all(store.get(key) == entry for key in (b"a", b"c", b"d"))
     usage = store.usage()
     assert (usage.entries, usage.used_bytes, usage.evictions) == (3, 3 * size, 1)
     assert (usage.lookups, usage.hits, usage.misses) == (5, 4, 1)
-    assert not store.put(b"huge", [tensor("OUT", np.zeros(1000))])  # larger than the cache
+    assert not store.put(b"huge", b"x" * (3 * size))  # larger than the cache
     assert store.usage().entries == 3
 
 
 def test_replacing_an_entry_counts_its_size_once():
     store = LruResponseStore(10_000)
-    store.put(b"k", [tensor("OUT", np.zeros(100))])
-    store.put(b"k", [tensor("OUT", np.zeros(10))])
+    store.put(b"k", b"x" * 400)
+    store.put(b"k", b"x" * 40)
     assert store.usage().used_bytes == 40 + ENTRY_OVERHEAD_BYTES
 
 
