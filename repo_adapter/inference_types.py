@@ -43,18 +43,30 @@ class InferTensor:
         return tuple(self.data.shape)
 
 
+@dataclass(frozen=True)
+class SharedMemoryTarget:
+    """Where a client asked an output to be written: ``byte_size`` bytes at ``offset`` of its
+    registered shared-memory region ``region`` (Triton's shared-memory extensions)."""
+
+    region: str
+    offset: int
+    byte_size: int
+
+
 @dataclass
 class RequestedOutput:
     """An output the client asked for, with its per-output parameters.
 
     ``binary_data`` is None when the client did not say (the transport decides).
-    ``class_count`` > 0 asks for the classification extension.
+    ``class_count`` > 0 asks for the classification extension. ``shared_memory``: the output
+    goes into a region the client registered, not into the response.
     """
 
     name: str
     binary_data: bool | None = None
     class_count: int = 0
     parameters: dict[str, Any] = field(default_factory=dict)
+    shared_memory: SharedMemoryTarget | None = None
 
 
 @dataclass

@@ -81,6 +81,7 @@ class ServeCluster:
         trace: dict[str, Any] | None = None,
         http_max_input_size: int | None = None,
         cache_config: list[str] | None = None,
+        allow_client_shm: bool = False,
     ) -> list[str]:
         """Deploy as ``rayton serve`` does: the repository controller deploys the models.
 
@@ -107,6 +108,7 @@ class ServeCluster:
             backend_config=backend_config,
             log_file=log_file,
             cache_config=cache_config,
+            allow_client_shm=allow_client_shm,
             **(trace or {}),
             **({"http_max_input_size": http_max_input_size} if http_max_input_size else {}),
         )

@@ -38,6 +38,7 @@ from deployments.apps.node_response_cache import NodeResponseStore, model_cache
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import ControllerCaches, cluster_server_core
+from deployments.apps.shared_memory_access import replica_regions
 from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.ensemble_model import EnsembleModel
 from deployments.core.model_host import ModelHost
@@ -111,6 +112,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
                 self.host.slot(name),
                 self._statistics_of(name),
                 controller_trace_setting,
+                replica_regions(),
             )
             for name in wanted
         }

@@ -33,6 +33,7 @@ from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import ControllerCaches, cluster_server_core
 from deployments.apps.sequence_directory import replica_sequence_routing, routes_sequences
+from deployments.apps.shared_memory_access import replica_regions
 from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.model_slot import ModelSlot, SlotStatus
 from deployments.core.served_model import ModelMetadata, ServedModel
@@ -73,7 +74,9 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
         self.slot = ModelSlot(name)
         self.control = ReplicaControl(self.held_models, self.slot.metrics)
         super().__init__(max_input_size)
-        self._http = ModelHttpEndpoints(self.slot, self._statistics_here, controller_trace_setting)
+        self._http = ModelHttpEndpoints(
+            self.slot, self._statistics_here, controller_trace_setting, replica_regions()
+        )
         self._forwarder: TritonGrpcServicer | None = None
         self._routed = RoutedCalls()
 

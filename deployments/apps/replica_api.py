@@ -80,6 +80,10 @@ class ReplicaControlApi(Protocol):
 
     def metrics_snapshot(self) -> MetricsSnapshot: ...
 
+    def forget_system_regions(self, names: list[str]) -> None:
+        """Stop using these shared-memory regions (the client unregistered them)."""
+        ...
+
 
 class SharedHostApi(Protocol):
     """What the repository controller asks of the shared host's replicas besides a model's

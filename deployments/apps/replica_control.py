@@ -15,6 +15,7 @@ from collections.abc import Callable
 from deployments.apps.log_control import adopt_log_settings
 from deployments.apps.log_control import apply_in_this_replica as apply_log_table
 from deployments.apps.replica_info import replica_info
+from deployments.apps.shared_memory_access import replica_regions
 from deployments.apps.trace_control import adopt_trace_settings
 from deployments.apps.trace_control import apply_in_this_replica as apply_trace_plan
 from deployments.metrics.collector import MetricsSnapshot
@@ -70,6 +71,9 @@ class ReplicaControl:
     def metrics_snapshot(self) -> MetricsSnapshot:
         return MetricsSnapshot(self._version_metrics(), collect_metrics())
 
+    def forget_system_regions(self, names: list[str]) -> None:
+        replica_regions().forget(names)
+
     async def close(self) -> None:
         """Ship the traces still buffered (a replica stopping)."""
         if self._traces:
@@ -101,3 +105,7 @@ class ControlledReplica:
     def metrics_snapshot(self) -> MetricsSnapshot:
         """This replica's metric counters and its python models' own metrics."""
         return self.control.metrics_snapshot()
+
+    def forget_system_regions(self, names: list[str]) -> None:
+        """Stop using these shared-memory regions (the client unregistered them)."""
+        self.control.forget_system_regions(names)

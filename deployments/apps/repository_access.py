@@ -12,6 +12,7 @@ from ray import serve
 
 from deployments.apps.handles import ModelHandles
 from deployments.core.server_core import RepositoryView, ServerCore
+from deployments.core.shared_memory import SystemRegion
 from deployments.observability.log_settings import LogSettingsDocument
 from deployments.observability.status import StatusDocument
 from deployments.observability.trace_settings import TraceSettingsDocument
@@ -96,10 +97,32 @@ class ControllerCaches(_ControllerHandle):
         return await self._read(lambda handle: handle.response_cache.remote(node_id))
 
 
+class ControllerSharedMemory(_ControllerHandle):
+    """:class:`~deployments.core.server_core.SharedMemoryRegistry` on the controller's handle,
+    and the regions' list a replica takes."""
+
+    async def register_system_region(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None:
+        await self.handle.register_system_region.remote(name, key, offset, byte_size)
+
+    async def unregister_system_regions(self, name: str) -> None:
+        await self.handle.unregister_system_regions.remote(name)
+
+    async def system_region_status(self, name: str) -> list[SystemRegion]:
+        return await self._read(lambda handle: handle.system_region_status.remote(name))
+
+    async def system_regions(self) -> list[SystemRegion]:
+        return await self._read(lambda handle: handle.system_region_status.remote(""))
+
+
 def cluster_server_core(controller: Any = None) -> ServerCore:
     """The server's protocol logic as a replica runs it: models over their deployment
     handles, the repository and settings over the controller's (``controller``: its handle,
     when the caller was given one)."""
     return ServerCore(
-        ModelHandles(), ControllerRepository(controller), ControllerSettings(controller)
+        ModelHandles(),
+        ControllerRepository(controller),
+        ControllerSettings(controller),
+        ControllerSharedMemory(controller),
     )

@@ -32,6 +32,7 @@ import logging
 import time
 from dataclasses import replace
 
+import ray
 from ray import serve
 
 from cluster.placement import ModelPlacement, placement_for
@@ -54,6 +55,7 @@ from deployments.apps.trace_control import (
 )
 from deployments.core.response_cache import CacheUsage
 from deployments.core.server_core import RepositoryView
+from deployments.core.shared_memory import CLIENT_SHM_DISABLED, RegionTable, SystemRegion
 from deployments.observability.log_settings import LogSettingsDocument
 from deployments.observability.status import StatusDocument, status_document
 from deployments.observability.trace_settings import TracePlan, TraceSettingsDocument
@@ -110,6 +112,7 @@ class RepositoryController:
             startup_trace_settings(spec), self.model_deployments, startup_exporter(spec)
         )
         self._caches = NodeCaches(spec.response_cache_bytes())
+        self._regions = RegionTable(ray.get_runtime_context().get_node_id())
         self._started = False
         self._unplaceable: set[str] = set()
         self._unhealthy: set[str] = set()  # applications Serve marks UNHEALTHY now
@@ -384,6 +387,28 @@ class RepositoryController:
         """Where the response cache the replicas on ``node_id`` share answers (its Unix
         socket; None: the server has no response cache, ``--cache-config``)."""
         return await self._caches.socket_for_node(node_id)
+
+    def _client_shm_allowed(self) -> None:
+        if not self.spec.allow_client_shm:
+            raise InferenceServerError(CLIENT_SHM_DISABLED, StatusCode.UNSUPPORTED)
+
+    def register_system_region(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register a client's system shared-memory region (checked on this node: clients
+        that use shared memory run on the node of the controller, the head node)."""
+        self._client_shm_allowed()
+        self._regions.register(name, key, offset, byte_size)
+
+    async def unregister_system_regions(self, name: str) -> None:
+        """Forget ``name`` (every region when empty), in every model replica first."""
+        self._client_shm_allowed()
+        names = self._regions.unregister(name)
+        if names:
+            await broadcast(
+                self.model_deployments(), ReplicaControlApi.forget_system_regions, names
+            )
+
+    def system_region_status(self, name: str) -> list[SystemRegion]:
+        return self._regions.status(name)
 
     async def response_cache_usage(self) -> list[CacheUsage] | None:
         """Every node cache's size and counters (None: the server has no response cache)."""

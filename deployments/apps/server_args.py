@@ -175,6 +175,12 @@ class ServerAppArgs(BaseModel):
     backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
     backend_config: BackendConfig = None
     cache_config: CacheConfig = None
+    allow_client_shm: Annotated[bool, Flag()] = Field(
+        False,
+        description="let clients register system shared-memory regions and name them for "
+        "inputs and outputs (default false, as Triton since 2.71); clients must run on the "
+        "head node, where the regions are registered",
+    )
     # None refuses Triton's file: parameters (model code from the network).
     model_file_override_dir: Annotated[str | None, Flag(metavar="DIR")] = Field(
         None,

@@ -19,6 +19,7 @@ from importlib import metadata
 from typing import Protocol, TypedDict
 
 from deployments.core.served_model import ModelMetadata
+from deployments.core.shared_memory import CLIENT_SHM_DISABLED, SystemRegion
 from deployments.observability.log_settings import LogSettingsDocument
 from deployments.observability.statistics import ModelStatistics, merge_entries
 from deployments.observability.status import StatusDocument
@@ -134,6 +135,21 @@ class RuntimeSettings(Protocol):
     ) -> TraceSettingsDocument: ...
 
 
+class SharedMemoryRegistry(Protocol):
+    """The registered system shared-memory regions' owner (in a cluster: the repository
+    controller's handle); Triton's errors, UNSUPPORTED when client shared memory is off."""
+
+    async def register_system_region(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None: ...
+
+    async def unregister_system_regions(self, name: str) -> None:
+        """Forget ``name`` (every region when empty), in every replica before answering."""
+        ...
+
+    async def system_region_status(self, name: str) -> list[SystemRegion]: ...
+
+
 class ServerCore:
     """Server-wide protocol logic, transport-neutral: what both frontends answer.
 
@@ -143,11 +159,17 @@ class ServerCore:
     """
 
     def __init__(
-        self, models: ModelCalls, repository: Repository, settings: RuntimeSettings
+        self,
+        models: ModelCalls,
+        repository: Repository,
+        settings: RuntimeSettings,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
+        """``shared_memory`` None: a server without the system shared-memory extension."""
         self.models = models
         self.repository = repository
         self.settings = settings
+        self.shared_memory = shared_memory
         self._view = RepositoryView()
         self._view_at = -VIEW_TTL_S
 
@@ -186,9 +208,34 @@ class ServerCore:
 
     async def server_metadata(self) -> ServerMetadata:
         extensions = list(EXTENSIONS)
+        if self.shared_memory is not None:
+            extensions.insert(extensions.index("binary_tensor_data"), "system_shared_memory")
         if not (await self.view()).config_owned:
             extensions.insert(extensions.index("model_repository") + 1, UNLOAD_DEPENDENTS)
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": extensions}
+
+    def _registry(self) -> SharedMemoryRegistry:
+        if self.shared_memory is None:
+            raise InferenceServerError(CLIENT_SHM_DISABLED, StatusCode.UNSUPPORTED)
+        return self.shared_memory
+
+    async def system_shared_memory_status(self, name: str = "") -> list[SystemRegion]:
+        """Every registered region, or the one named (NOT_FOUND when it is not)."""
+        if self.shared_memory is None:
+            if name:
+                raise InferenceServerError(
+                    f"Unable to find system shared memory region: '{name}'", StatusCode.NOT_FOUND
+                )
+            return []
+        return await self.shared_memory.system_region_status(name)
+
+    async def register_system_shared_memory(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None:
+        await self._registry().register_system_region(name, key, offset, byte_size)
+
+    async def unregister_system_shared_memory(self, name: str = "") -> None:
+        await self._registry().unregister_system_regions(name)
 
     async def server_ready(self) -> bool:
         view = await self.view()

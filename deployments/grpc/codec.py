@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -32,6 +33,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
+from deployments.core.shared_memory import MappedRegions
 from repo_adapter.datatypes import (
     input_from_bytes,
     protocol_to_numpy,
@@ -39,7 +41,13 @@ from repo_adapter.datatypes import (
     tensor_to_bytes,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.inference_types import (
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    RequestedOutput,
+    SharedMemoryTarget,
+)
 from repo_adapter.request_validation import log_request
 from repo_adapter.response_stream import StreamedResponse
 
@@ -204,7 +212,9 @@ def _request_parameters(parameters: Any) -> tuple[dict[str, Any], bool]:
 # Requests
 
 
-def decode_infer_request(request: pb.ModelInferRequest) -> tuple[InferRequest, bool]:
+def decode_infer_request(
+    request: pb.ModelInferRequest, regions: MappedRegions | None = None
+) -> tuple[InferRequest, bool]:
     """Decode a ``ModelInferRequest``.
 
     Returns the request and whether it asked for ``triton_enable_empty_final_response``
@@ -221,13 +231,15 @@ def decode_infer_request(request: pb.ModelInferRequest) -> tuple[InferRequest, b
         model_version=version,
         id=request.id,
         parameters=parameters,
-        inputs=_decode_inputs(request),
-        outputs=_requested_outputs(request),
+        inputs=_decode_inputs(request, regions),
+        outputs=_requested_outputs(request, regions),
     )
     return decoded, empty_final
 
 
-def _decode_inputs(request: pb.ModelInferRequest) -> list[InferTensor]:
+def _decode_inputs(
+    request: pb.ModelInferRequest, regions: MappedRegions | None
+) -> list[InferTensor]:
     model_name = request.model_name
     raw_contents = request.raw_input_contents
     raw_count = len(raw_contents)
@@ -242,13 +254,12 @@ def _decode_inputs(request: pb.ModelInferRequest) -> list[InferTensor]:
             )
         names.add(name)
         parameters = _parameters(tensor.parameters)
-        if "shared_memory_region" in parameters:
-            if tensor.HasField("contents"):
-                raise InferenceServerError(
-                    "unexpected 'content' provided when using shared memory for input tensor "
-                    f"'{name}' for model '{model_name}'"
-                )
-            raise _unknown_region(parameters["shared_memory_region"])
+        shared = "shared_memory_region" in parameters
+        if shared and tensor.HasField("contents"):
+            raise InferenceServerError(
+                "unexpected 'content' provided when using shared memory for input tensor "
+                f"'{name}' for model '{model_name}'"
+            )
         shape = _input_shape(tensor.shape, name, model_name)
         datatype = tensor.datatype
         try:
@@ -257,7 +268,16 @@ def _decode_inputs(request: pb.ModelInferRequest) -> list[InferTensor]:
             raise InferenceServerError(
                 f"invalid datatype '{datatype}' for input '{name}'"
             ) from None
-        if tensor.HasField("contents"):
+        if shared:
+            region, offset, byte_size = _shared_memory_location(parameters)
+            if regions is None:
+                raise _unknown_region(region)
+            buffer = regions.read(region, offset, byte_size)
+            try:
+                data = input_from_bytes(buffer, datatype, shape, name, model_name)
+            except InferenceServerError as err:  # core's check, with its request-id prefix
+                raise InferenceServerError(f"{log_request(request.id)}{err.message}") from None
+        elif tensor.HasField("contents"):
             if raw_count:
                 raise InferenceServerError(
                     "contents field must not be specified when using raw_input_contents for "
@@ -282,6 +302,18 @@ def _decode_inputs(request: pb.ModelInferRequest) -> list[InferTensor]:
             f"{len(tensors)} input(s) of the request for model '{model_name}'"
         )
     return tensors
+
+
+def _shared_memory_location(parameters: dict[str, Any]) -> tuple[str, int, int]:
+    region = parameters["shared_memory_region"]
+    offset = parameters.get("shared_memory_offset", 0)
+    byte_size = parameters.get("shared_memory_byte_size", 0)
+    if not isinstance(region, str):
+        raise InferenceServerError("invalid value type for 'shared_memory_region' parameter")
+    for key, value in (("shared_memory_offset", offset), ("shared_memory_byte_size", byte_size)):
+        if type(value) is not int or value < 0:
+            raise InferenceServerError(f"invalid value type for '{key}' parameter")
+    return region, offset, byte_size
 
 
 def _unknown_region(region: Any) -> InferenceServerError:
@@ -353,7 +385,9 @@ def _content_datatype(field_name: str, datatype: str) -> str:
     return _CONTENT_DATATYPES[field_name]
 
 
-def _requested_outputs(request: pb.ModelInferRequest) -> list[RequestedOutput]:
+def _requested_outputs(
+    request: pb.ModelInferRequest, regions: MappedRegions | None
+) -> list[RequestedOutput]:
     outputs: list[RequestedOutput] = []
     names: set[str] = set()
     for output in request.outputs:
@@ -369,17 +403,28 @@ def _requested_outputs(request: pb.ModelInferRequest) -> list[RequestedOutput]:
                 raise InferenceServerError(
                     "invalid value for 'classification' parameter, expected >= 1"
                 )
+        target = None
         if "shared_memory_region" in parameters:
             if class_count:
                 raise InferenceServerError(
                     "output can't set both 'shared_memory_region' and 'classification'"
                 )
-            raise _unknown_region(parameters["shared_memory_region"])
+            region, offset, byte_size = _shared_memory_location(parameters)
+            if regions is None:
+                raise _unknown_region(region)
+            regions.check(region, offset, byte_size)
+            target = SharedMemoryTarget(region, offset, byte_size)
+            parameters = {k: v for k, v in parameters.items() if k not in _SHARED_MEMORY_PARAMETERS}
         if output.name in names:  # core keeps requested outputs in a set
             continue
         names.add(output.name)
         outputs.append(
-            RequestedOutput(name=output.name, class_count=class_count, parameters=parameters)
+            RequestedOutput(
+                name=output.name,
+                class_count=class_count,
+                parameters=parameters,
+                shared_memory=target,
+            )
         )
     return outputs
 
@@ -415,12 +460,19 @@ def encode_infer_request(request: InferRequest) -> pb.ModelInferRequest:
 
 
 def encode_infer_response(
-    response: InferResponse, request_id: str = "", final_flag: bool = False
+    response: InferResponse,
+    request_id: str = "",
+    final_flag: bool = False,
+    *,
+    targets: Mapping[str, SharedMemoryTarget] | None = None,
+    regions: MappedRegions | None = None,
 ) -> pb.ModelInferResponse:
     """A ``ModelInferResponse`` with every output's data in ``raw_output_contents``.
 
     ``final_flag`` adds ``triton_final_response: true`` (streams whose request asked for
-    ``triton_enable_empty_final_response``; rayton's responses are always final).
+    ``triton_enable_empty_final_response``; rayton's responses are always final). An output
+    with a shared-memory ``targets`` entry is written into its region of ``regions`` instead
+    (its raw contents empty, as Triton sends it).
     """
     message = pb.ModelInferResponse(
         model_name=response.model_name,
@@ -435,6 +487,19 @@ def encode_infer_response(
     for tensor in response.outputs:
         output = message.outputs.add(name=tensor.name, datatype=tensor.datatype)
         output.shape.extend(int(d) for d in tensor.shape)
+        target = targets.get(tensor.name) if targets else None
+        if target is not None and regions is not None:
+            data = tensor_to_bytes(tensor.data, tensor.datatype)
+            if len(data) > target.byte_size:
+                raise InferenceServerError(
+                    f"shared memory size specified with the request for output '{tensor.name}' "
+                    f"({target.byte_size} bytes) should be at least {len(data)} bytes to hold "
+                    "the results",
+                    StatusCode.INTERNAL,
+                )
+            regions.write(target.region, target.offset, target.byte_size, data)
+            raw.append(b"")
+            continue
         for key, value in tensor.parameters.items():
             set_parameter(output.parameters[key], value)
         raw.append(tensor_to_bytes(tensor.data, tensor.datatype))
@@ -466,21 +531,35 @@ def stream_response(
     error: BaseException | None = None,
     request_id: str = "",
     final_flag: bool = False,
+    *,
+    targets: Mapping[str, SharedMemoryTarget] | None = None,
+    regions: MappedRegions | None = None,
 ) -> pb.ModelStreamInferResponse:
-    """One ``ModelStreamInfer`` message: the response, or the error with the request's id."""
+    """One ``ModelStreamInfer`` message: the response, or the error with the request's id
+    (``targets``, ``regions``: as :func:`encode_infer_response` takes them)."""
     if error is not None:
         _, message = grpc_status(error)
         return pb.ModelStreamInferResponse(
             error_message=message, infer_response=pb.ModelInferResponse(id=request_id)
         )
     assert response is not None
-    return pb.ModelStreamInferResponse(
-        infer_response=encode_infer_response(response, request_id, final_flag)
-    )
+    try:
+        message = encode_infer_response(
+            response, request_id, final_flag, targets=targets, regions=regions
+        )
+    except InferenceServerError as err:  # an output region too small: the message's error
+        return stream_response(error=err, request_id=request_id)
+    return pb.ModelStreamInferResponse(infer_response=message)
 
 
 def streamed_response(
-    item: StreamedResponse, request: pb.ModelInferRequest, empty_final: bool, decoupled: bool
+    item: StreamedResponse,
+    request: pb.ModelInferRequest,
+    empty_final: bool,
+    decoupled: bool,
+    *,
+    targets: Mapping[str, SharedMemoryTarget] | None = None,
+    regions: MappedRegions | None = None,
 ) -> pb.ModelStreamInferResponse | None:
     """One response of a stream's request as Triton streams it; None when nothing is sent.
 
@@ -499,10 +578,17 @@ def streamed_response(
         message.parameters[FINAL_RESPONSE].bool_param = True
         return pb.ModelStreamInferResponse(infer_response=message)
     if not decoupled:
-        return stream_response(result, request_id=request_id, final_flag=empty_final)
-    message = encode_infer_response(result, request_id)
-    message.parameters[FINAL_RESPONSE].bool_param = item.final
-    return pb.ModelStreamInferResponse(infer_response=message)
+        return stream_response(
+            result,
+            request_id=request_id,
+            final_flag=empty_final,
+            targets=targets,
+            regions=regions,
+        )
+    reply = stream_response(result, request_id=request_id, targets=targets, regions=regions)
+    if reply.HasField("infer_response") and not reply.error_message:
+        reply.infer_response.parameters[FINAL_RESPONSE].bool_param = item.final
+    return reply
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,12 +29,13 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
+from deployments.core.shared_memory import RegionNotKnownError, process_regions, unknown_region
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.streams import SequenceTurns, replies_or_error, stream_replies
 from deployments.observability.tracing import TRACER
 from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.inference_types import InferRequest, InferResponse, SharedMemoryTarget
 from repo_adapter.response_stream import StreamedResponse
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ async def infer_message(
     """:func:`infer_serialized` for a request parsed already (Serve's gRPC ingress parses it);
     ``read_start_ns``: when reading it began (None: now); ``offload_execution``: see
     :attr:`InferRequest.offload_execution`."""
-    request, _ = _received(request_message, read_start_ns, offload_execution)
+    request, _ = await _received(request_message, read_start_ns, offload_execution)
     trace = request.trace
     try:
         try:
@@ -89,20 +90,45 @@ async def infer_message(
             raise InferenceServerError(_DECOUPLED_UNARY, StatusCode.UNSUPPORTED) from None
         if trace is not None:
             trace.stamp("GRPC_SEND_START")
-        return codec.encode_infer_response(response, request_message.id).SerializeToString()
+        message = codec.encode_infer_response(
+            response,
+            request_message.id,
+            targets=shared_memory_targets(request),
+            regions=process_regions(),
+        )
+        return message.SerializeToString()
     finally:
         if trace is not None:
             trace.stamp("GRPC_SEND_END")
             TRACER.finish(trace)
 
 
-def _received(
+def shared_memory_targets(request: InferRequest) -> dict[str, SharedMemoryTarget]:
+    """The outputs ``request`` asked into shared memory, by name."""
+    return {o.name: o.shared_memory for o in request.outputs if o.shared_memory is not None}
+
+
+async def _decoded(request_message: pb.ModelInferRequest) -> tuple[InferRequest, bool]:
+    """The request, its shared-memory inputs read; a region this process has not heard of
+    yet is asked of the table's owner once."""
+    regions = process_regions()
+    try:
+        return codec.decode_infer_request(request_message, regions)
+    except RegionNotKnownError:
+        await regions.refresh()
+    try:
+        return codec.decode_infer_request(request_message, regions)
+    except RegionNotKnownError as err:
+        raise unknown_region(err.name) from None
+
+
+async def _received(
     request_message: pb.ModelInferRequest, read_start_ns: int | None, offload_execution: bool
 ) -> tuple[InferRequest, bool]:
     """The decoded request, traced from when reading began (None: now), and whether it asked
     for empty final responses."""
     read_start_ns = read_start_ns or time.monotonic_ns()
-    request, empty_final = codec.decode_infer_request(request_message)
+    request, empty_final = await _decoded(request_message)
     request.offload_execution = offload_execution
     trace = request.trace = TRACER.start(request.model_name, request.id)
     if trace is not None:
@@ -128,15 +154,18 @@ async def stream_message(
     ``ModelStreamInfer`` stream: a decoupled model's responses as it sends them, another's
     one response (see :func:`codec.streamed_response` for the final flags)."""
     decoupled = target.config.model_transaction_policy.decoupled
-    request, empty_final = _received(request_message, read_start_ns, offload_execution)
+    request, empty_final = await _received(request_message, read_start_ns, offload_execution)
     trace = request.trace
+    targets, regions = shared_memory_targets(request), process_regions()
     sending = False
     try:
         async for item in target.infer_stream(request):
             if trace is not None and not sending:
                 trace.stamp("GRPC_SEND_START")
             sending = True
-            reply = codec.streamed_response(item, request_message, empty_final, decoupled)
+            reply = codec.streamed_response(
+                item, request_message, empty_final, decoupled, targets=targets, regions=regions
+            )
             if reply is not None:
                 yield reply.SerializeToString()
     finally:

@@ -35,10 +35,6 @@ from repo_adapter.errors import InferenceServerError, StatusCode
 
 logger = logging.getLogger(__name__)
 
-_SYSTEM_SHM = (
-    "system shared memory is not supported by this server (rayton): send tensor data in the "
-    "request (raw_input_contents)"
-)
 _CUDA_SHM = (
     "CUDA shared memory is not supported by this server (rayton): send tensor data in the "
     "request (raw_input_contents)"
@@ -289,11 +285,41 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             response.settings[key].value.extend(value if isinstance(value, list) else [value])
         return response
 
+    # ------------------------------------------------------------------ system shared memory
+
+    @_rpc
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in await self.core.system_shared_memory_status(request.name):
+            status = response.regions[region.name]
+            status.name, status.key = region.name, region.key
+            status.offset, status.byte_size = region.offset, region.byte_size
+        return response
+
+    @_rpc
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        if not request.name:
+            raise InferenceServerError(
+                "'region name' is necessary to register system shared memory region"
+            )
+        await self.core.register_system_shared_memory(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        await self.core.unregister_system_shared_memory(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
     # ------------------------------------------------------------------ not supported
 
-    SystemSharedMemoryStatus = _unsupported(_SYSTEM_SHM, StatusCode.UNSUPPORTED)
-    SystemSharedMemoryRegister = _unsupported(_SYSTEM_SHM, StatusCode.UNSUPPORTED)
-    SystemSharedMemoryUnregister = _unsupported(_SYSTEM_SHM, StatusCode.UNSUPPORTED)
     CudaSharedMemoryStatus = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
     CudaSharedMemoryRegister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
     CudaSharedMemoryUnregister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from deployments.core.served_model import ServedModel, StreamingModel
+from deployments.core.shared_memory import MappedRegions, RegionNotKnownError, unknown_region
 from deployments.http.generate import generate_reply, generate_request, generate_stream_reply
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.request_decoding import decode_infer_request, parse_json_object
@@ -83,10 +84,13 @@ class ModelHttpEndpoints:
         served: ServedModel,
         statistics: Callable[[str], Awaitable[list[ModelStatistics]]],
         trace_setting: TraceSettingFn,
+        regions: MappedRegions | None = None,
     ) -> None:
+        """``regions``: the system shared-memory regions requests may name (None: none)."""
         self.served = served
         self._statistics = statistics  # the model's totals over all its replicas
         self._trace_setting = trace_setting  # the controller owns the trace settings
+        self._regions = regions
         self._raw_input_for: tuple[Any, RawInputSpec | None] = (None, None)
 
     def _raw_input(self) -> RawInputSpec | None:
@@ -178,13 +182,7 @@ class ModelHttpEndpoints:
     async def _infer(self, request: HttpRequest, version: str) -> HttpReply:
         trace = None
         try:
-            infer_request = decode_infer_request(
-                request.body,
-                request.headers,
-                model_name=self.served.name,
-                model_version=version,
-                raw_input=self._raw_input(),
-            )
+            infer_request = await self._decode(request, version)
             trace = _start_trace(self.served.name, request, infer_request)
             response = await self.served.infer(infer_request)
             if trace is not None:
@@ -194,6 +192,7 @@ class ModelHttpEndpoints:
                 infer_request,
                 request.headers.get("accept-encoding"),
                 compression_level=RESPONSE_COMPRESSION_LEVEL,
+                regions=self._regions,
             )
         except DecoupledModelError:
             return error_response(InferenceServerError(_DECOUPLED_INFER, StatusCode.UNSUPPORTED))
@@ -205,6 +204,30 @@ class ModelHttpEndpoints:
                 trace.stamp("HTTP_SEND_END")
                 TRACER.finish(trace)
         return HttpReply(200, payload, headers)
+
+    async def _decode(self, request: HttpRequest, version: str) -> InferRequest:
+        """The request, its shared-memory inputs read; a region this process has not heard
+        of yet is asked of the table's owner once."""
+
+        def decode() -> InferRequest:
+            return decode_infer_request(
+                request.body,
+                request.headers,
+                model_name=self.served.name,
+                model_version=version,
+                raw_input=self._raw_input(),
+                regions=self._regions,
+            )
+
+        try:
+            return decode()
+        except RegionNotKnownError:
+            assert self._regions is not None
+            await self._regions.refresh()
+        try:
+            return decode()
+        except RegionNotKnownError as err:
+            raise unknown_region(err.name) from None
 
 
 def _start_trace(

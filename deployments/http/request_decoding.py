@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from deployments.core.shared_memory import MappedRegions, unknown_region
 from deployments.http import compression
 from deployments.http.wire import (
     CONTENT_ENCODING,
@@ -24,8 +25,14 @@ from repo_adapter.datatypes import (
     input_from_bytes,
     protocol_to_numpy,
 )
-from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferTensor, JsonObject, RequestedOutput
+from repo_adapter.errors import InferenceServerError
+from repo_adapter.inference_types import (
+    InferRequest,
+    InferTensor,
+    JsonObject,
+    RequestedOutput,
+    SharedMemoryTarget,
+)
 from repo_adapter.request_validation import log_request
 
 # Input parameters that only describe where the data travels; models never see them.
@@ -82,6 +89,7 @@ def decode_infer_request(
     *,
     raw_input: RawInputSpec | Any | None = None,
     max_decompressed_size: int | None = compression.DEFAULT_MAX_DECOMPRESSED_SIZE,
+    regions: MappedRegions | None = None,
 ) -> InferRequest:
     """Decode an HTTP ``/infer`` request body.
 
@@ -95,6 +103,7 @@ def decode_infer_request(
             ``ModelConfig`` to derive it from. None, or a config without exactly one input,
             makes raw bodies an error.
         max_decompressed_size: cap on an inflated compressed body; None or 0 for no cap.
+        regions: the shared-memory regions this process knows (None: none is registered).
 
     Returns:
         The decoded request. Binary fixed-size inputs are zero-copy views over ``body``.
@@ -103,6 +112,7 @@ def decode_infer_request(
 
     Raises:
         InferenceServerError: with Triton's code and message for any malformed request.
+        RegionNotKnownError: it names a region ``regions`` was not told about.
     """
     body = compression.decompress_body(
         body, _header(headers, CONTENT_ENCODING), max_decompressed_size
@@ -123,8 +133,8 @@ def decode_infer_request(
         model_version=model_version,
         id=_request_id(header),
         parameters=_request_parameters(header),
-        inputs=_decode_inputs(header, payload, model_name),
-        outputs=_requested_outputs(header),
+        inputs=_decode_inputs(header, payload, model_name, regions),
+        outputs=_requested_outputs(header, regions),
     )
 
 
@@ -248,13 +258,16 @@ def _decode_inputs(
     header: JsonObject,
     payload: memoryview,
     model_name: str,
+    regions: MappedRegions | None,
 ) -> list[InferTensor]:
     entries = _member(header, "inputs", list, _NOT_ARRAY)
     tensors: list[InferTensor] = []
     names: set[str] = set()
     offset = 0
     for entry in entries:
-        tensor, offset = _decode_input(entry, payload, offset, model_name)
+        tensor, offset = _decode_input(
+            entry, payload, offset, model_name, regions, _request_id(header)
+        )
         if tensor.name in names:
             # Core's AddOriginalInput error, with its "[request id: ...] " prefix.
             raise InferenceServerError(
@@ -272,6 +285,8 @@ def _decode_input(
     payload: memoryview,
     offset: int,
     model_name: str,
+    regions: MappedRegions | None,
+    request_id: str,
 ) -> tuple[InferTensor, int]:
     """One input of the JSON header; returns it and the offset of the next binary input."""
     if not isinstance(entry, dict):
@@ -296,8 +311,14 @@ def _decode_input(
         data = input_from_bytes(payload[offset:end], datatype, shape, name, model_name)
         offset = end
     elif "shared_memory_region" in parameters:
-        buffer = _read_shared_memory(parameters)
-        data = input_from_bytes(buffer, datatype, shape, name, model_name)
+        region, region_offset, byte_size = _shared_memory_location(parameters)
+        if regions is None:
+            raise unknown_region(region)
+        buffer = regions.read(region, region_offset, byte_size)
+        try:
+            data = input_from_bytes(buffer, datatype, shape, name, model_name)
+        except InferenceServerError as err:  # core's check, with its request-id prefix
+            raise InferenceServerError(f"{log_request(request_id)}{err.message}") from None
     else:
         data = array_from_json(entry["data"], datatype, dtype, shape, count, name)
 
@@ -347,14 +368,6 @@ def _input_dtype(datatype: str, name: str) -> np.dtype:
         return protocol_to_numpy(datatype)
     except InferenceServerError:
         raise InferenceServerError(f"invalid datatype '{datatype}' for input '{name}'") from None
-
-
-def _read_shared_memory(parameters: JsonObject) -> bytes | memoryview:
-    """No region is ever registered (no shared-memory extension): Triton's unknown-region error."""
-    region, _, _ = _shared_memory_location(parameters)
-    raise InferenceServerError(
-        f"Unable to find shared memory region: '{region}'", StatusCode.NOT_FOUND
-    )
 
 
 def array_from_json(
@@ -443,21 +456,21 @@ def _bytes_from_json(data: list, name: str) -> np.ndarray:
     return array
 
 
-def _requested_outputs(header: JsonObject) -> list[RequestedOutput]:
+def _requested_outputs(header: JsonObject, regions: MappedRegions | None) -> list[RequestedOutput]:
     if header.get("outputs") is None:
         return []
     entries = _member(header, "outputs", list, _NOT_ARRAY)
     outputs: list[RequestedOutput] = []
     names: set[str] = set()
     for entry in entries:
-        output = _requested_output(entry)
+        output = _requested_output(entry, regions)
         if output.name not in names:  # Triton keeps requested outputs in a set
             names.add(output.name)
             outputs.append(output)
     return outputs
 
 
-def _requested_output(entry: Any) -> RequestedOutput:
+def _requested_output(entry: Any, regions: MappedRegions | None) -> RequestedOutput:
     if not isinstance(entry, dict):
         raise InferenceServerError(f"Unable to parse 'outputs': {_NOT_OBJECT}")
     parameters = _parameters_of(entry)
@@ -468,17 +481,25 @@ def _requested_output(entry: Any) -> RequestedOutput:
     class_count = parameters.get("classification", 0)
     if not _is_uint(class_count):
         raise InferenceServerError(f"Unable to set 'classification': {_NOT_UINT}")
+    target = None
     if "shared_memory_region" in parameters:
-        _check_shared_memory_output(parameters)
+        target = _shared_memory_output(parameters, regions)
     return RequestedOutput(
         name=name,
         binary_data=binary_data,
         class_count=class_count,
-        parameters={k: v for k, v in parameters.items() if k not in _OUTPUT_FIELD_PARAMETERS},
+        parameters={
+            k: v
+            for k, v in parameters.items()
+            if k not in _OUTPUT_FIELD_PARAMETERS and k not in _TRANSPORT_PARAMETERS
+        },
+        shared_memory=target,
     )
 
 
-def _check_shared_memory_output(parameters: JsonObject) -> None:
+def _shared_memory_output(
+    parameters: JsonObject, regions: MappedRegions | None
+) -> SharedMemoryTarget:
     # Classification results are computed after the output exists, so they can't go to shm.
     if "classification" in parameters:
         raise InferenceServerError(
@@ -486,10 +507,11 @@ def _check_shared_memory_output(parameters: JsonObject) -> None:
         )
     if parameters.get("binary_data") is True:
         raise InferenceServerError("Output can't set both 'shared_memory_region' and 'binary_data'")
-    region, _, _ = _shared_memory_location(parameters)
-    raise InferenceServerError(
-        f"Unable to find shared memory region: '{region}'", StatusCode.NOT_FOUND
-    )
+    region, offset, byte_size = _shared_memory_location(parameters)
+    if regions is None:
+        raise unknown_region(region)
+    regions.check(region, offset, byte_size)
+    return SharedMemoryTarget(region, offset, byte_size)
 
 
 def _raw_input_spec(raw_input: RawInputSpec | Any | None) -> RawInputSpec | None:

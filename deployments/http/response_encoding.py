@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from deployments.core.shared_memory import MappedRegions
 from deployments.http import compression
 from deployments.http.wire import (
     BINARY_CONTENT_TYPE,
@@ -21,7 +22,13 @@ from repo_adapter.datatypes import (
     serialize_bytes_tensor,
 )
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from repo_adapter.inference_types import (
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    RequestedOutput,
+    SharedMemoryTarget,
+)
 
 
 def encode_error(
@@ -60,6 +67,7 @@ def encode_infer_response(
     accept_encoding: str | None = None,
     *,
     compression_level: int = -1,
+    regions: MappedRegions | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """Encode an inference response as Triton's HTTP frontend does.
 
@@ -71,6 +79,8 @@ def encode_infer_response(
         request: the decoded request (id, requested outputs, ``binary_data_output``).
         accept_encoding: the request's ``Accept-Encoding`` header, or None.
         compression_level: zlib level when the response is compressed.
+        regions: where outputs the request asked into shared memory are written (the
+            regions its decoding read).
 
     Returns:
         ``(body, headers)``: ``Content-Type`` always; ``Inference-Header-Content-Length``
@@ -86,7 +96,11 @@ def encode_infer_response(
     buffers: list[bytes | memoryview] = []
     all_finite = True
     for tensor in response.outputs:
-        entry, buffer, finite = _encode_output(tensor, requested.get(tensor.name), default_binary)
+        wanted = requested.get(tensor.name)
+        if wanted is not None and wanted.shared_memory is not None and regions is not None:
+            outputs.append(write_shared_memory_output(tensor, wanted.shared_memory, regions))
+            continue
+        entry, buffer, finite = _encode_output(tensor, wanted, default_binary)
         outputs.append(entry)
         all_finite = all_finite and finite
         if buffer is not None and len(buffer):
@@ -114,6 +128,23 @@ def encode_infer_response(
         body = header_bytes
         headers = {CONTENT_TYPE: JSON_CONTENT_TYPE}
     return _compress_response(body, headers, accept_encoding, compression_level)
+
+
+def write_shared_memory_output(
+    tensor: InferTensor, target: SharedMemoryTarget, regions: MappedRegions
+) -> dict[str, Any]:
+    """Write an output into the region the request named; its entry in the response (no
+    data, as Triton's)."""
+    buffer = _wire_buffer(tensor)
+    if len(buffer) > target.byte_size:
+        raise InferenceServerError(
+            f"shared memory size specified with the request for output '{tensor.name}' "
+            f"({target.byte_size} bytes) should be at least {len(buffer)} bytes to hold the "
+            "results",
+            StatusCode.INTERNAL,
+        )
+    regions.write(target.region, target.offset, target.byte_size, buffer)
+    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
 
 
 def _compress_response(

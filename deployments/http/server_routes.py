@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 
 from deployments.core.server_core import ServerCore
 from deployments.http.messages import HttpReply, HttpRequest
@@ -27,6 +28,10 @@ from deployments.http.wire import json_loads
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import JsonObject
 
+SYSTEM_SHARED_MEMORY = "/v2/systemsharedmemory/"
+_SHARED_MEMORY_ROUTE = re.compile(
+    r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
+)
 # rayton's own route (not Triton's): what `rayton status --url` reads.
 STATUS_PATH = "/v2/rayton/status"
 
@@ -65,6 +70,8 @@ class ServerHttpEndpoints:
                 return get_only(method) or json_response(await core.status())
             if path.startswith("/v2/repository/"):
                 return await self._repository(path, method, request)
+            if path.startswith(SYSTEM_SHARED_MEMORY):
+                return await self._system_shared_memory(path, method, request)
             if path.startswith("/v2/models/"):
                 return await self._unrouted_model(path, method, request)
         except InferenceServerError as err:
@@ -94,6 +101,28 @@ class ServerHttpEndpoints:
             return empty_response(200)
         return json_response(NOT_FOUND, 404)
 
+    async def _system_shared_memory(
+        self, path: str, method: str, request: HttpRequest
+    ) -> HttpReply:
+        """Triton's system shared-memory extension:
+        ``/v2/systemsharedmemory[/region/<name>]/{status,register,unregister}``."""
+        route = _SHARED_MEMORY_ROUTE.fullmatch(path)
+        if route is None:
+            return json_response(NOT_FOUND, 404)
+        name, action = route.group(1) or "", route.group(2)
+        if (action == "status") != (method == "GET") or method not in ("GET", "POST"):
+            return json_response(METHOD_NOT_ALLOWED, 405)
+        core = self.core
+        if action == "status":
+            regions = await core.system_shared_memory_status(name)
+            return json_response([region.status() for region in regions])
+        if action == "unregister":
+            await core.unregister_system_shared_memory(name)
+            return empty_response(200)
+        key, offset, byte_size = register_parameters(name, request.body)
+        await core.register_system_shared_memory(name, key, offset, byte_size)
+        return empty_response(200)
+
     async def _logging(self, method: str, request: HttpRequest) -> HttpReply:
         if method == "GET":
             return json_response(await self.core.log_settings())
@@ -122,6 +151,38 @@ class ServerHttpEndpoints:
         if action == "ready" and await self.core.is_unavailable(model):
             return json_response({"error": "Model version not ready"}, 400)
         return error_response(await self.core.undeployed_model_error(model, version, action))
+
+
+def register_parameters(name: str, body: bytes) -> tuple[str, int, int]:
+    """A system shared-memory register request's key, offset and byte size, checked as
+    Triton checks them."""
+    if not name:
+        raise InferenceServerError(
+            "'region name' is necessary to register system shared memory region"
+        )
+    request = parse_json_object(body) if body else {}
+    if "key" not in request:
+        raise InferenceServerError("Shared memory register request has no 'key' field")
+    key = request["key"]
+    if not isinstance(key, str):
+        raise InferenceServerError(
+            "Unable to parse 'key': attempt to access JSON non-string as string"
+        )
+    offset = request.get("offset", 0)
+    if type(offset) is not int or offset < 0:
+        raise InferenceServerError(
+            "Unable to parse 'offset': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer"
+        )
+    if "byte_size" not in request:
+        raise InferenceServerError("Shared memory register request has no 'byte_size' field")
+    byte_size = request["byte_size"]
+    if type(byte_size) is not int or byte_size < 0:
+        raise InferenceServerError(
+            "Unable to parse 'byte_size': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer"
+        )
+    return key, offset, byte_size
 
 
 def _parameters(body: bytes) -> JsonObject:

@@ -788,9 +788,8 @@ CASES = REGISTRY.cases
 # What the suite deliberately does not compare, and why (for the README section).
 NOT_COMPARED: tuple[tuple[str, str], ...] = (
     (
-        "gRPC-only RPCs (ModelStreamInfer of stateless models, shared memory, trace and log "
-        "settings), log_file and "
-        "the trace file",
+        "gRPC-only RPCs (ModelStreamInfer of stateless models, trace and log settings), "
+        "log_file and the trace file",
         "checked by rayton's own tests (tests/deployments/grpc, tests/deployments/apps), not "
         "against Triton yet",
     ),
@@ -799,8 +798,8 @@ NOT_COMPARED: tuple[tuple[str, str], ...] = (
         "tritonserver 2.51 crashes on it; rayton answers 400 as current Triton documents",
     ),
     (
-        "shared memory",
-        "not implemented in rayton yet (and not advertised)",
+        "CUDA shared memory",
+        "not implemented in rayton yet (and not advertised): it needs a GPU",
     ),
     (
         "model load/unload in this sequence",

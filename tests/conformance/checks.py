@@ -127,11 +127,13 @@ def both_serving(
     registry: CaseRegistry,
     server_args: Sequence[str] = (),
     cache_config: list[str] | None = None,
+    allow_client_shm: bool = False,
 ) -> Iterator[dict[str, Observations]]:
     """``registry``'s observations of the reference and of rayton, each serving
     ``repository`` with every model loaded (rayton through ``serve_cluster``, its models
     removed afterwards), both with ``/metrics``. ``server_args``: the reference's extra flags;
-    ``cache_config``: both servers' ``--cache-config``."""
+    ``cache_config``: both servers' ``--cache-config``; ``allow_client_shm``: rayton's
+    ``--allow-client-shm`` (Triton 2.51 allows client shared memory without a flag)."""
     from tests.support.ports import free_port
 
     cache_args = [f"--cache-config={value}" for value in cache_config or ()]
@@ -150,6 +152,7 @@ def both_serving(
                 grpc_port=grpc_port,
                 metrics_port=metrics_port,
                 cache_config=cache_config,
+                allow_client_shm=allow_client_shm,
             )
             wait_ready(serve_cluster.http_url, timeout_s=120)
             yield observe((reference, rayton), registry)

@@ -26,6 +26,7 @@ from tests.conformance.allowlist import (
     NATIVE_ALLOWED,
     NATIVE_KNOWN_GAPS,
     SEQUENCE_ALLOWED,
+    SHM_ALLOWED,
     Difference,
 )
 from tests.conformance.cache_cases import CACHE_REGISTRY
@@ -34,6 +35,7 @@ from tests.conformance.decoupled_cases import DECOUPLED_REGISTRY
 from tests.conformance.explicit_cases import EXPLICIT_REGISTRY
 from tests.conformance.native_cases import NATIVE_REGISTRY
 from tests.conformance.sequence_cases import SEQUENCE_REGISTRY
+from tests.conformance.shm_cases import SHM_REGISTRY
 
 REPOSITORY = Path(__file__).parent / "model_repository"
 
@@ -66,6 +68,9 @@ GROUP_TITLES = {
     "cache": "Response cache (`--cache-config local,size=1048576` on both; a python model with "
     "`response_cache { enable: true }` and an ensemble with it over a member without it, "
     "`tests/conformance/test_response_cache.py`)",
+    "shared_memory": "System shared memory (regions made with tritonclient's shared-memory "
+    "utilities; register, status, inputs and outputs through regions, Triton's errors, "
+    "unregister; `--allow-client-shm` on rayton, `tests/conformance/test_shared_memory.py`)",
     "generate": "Generate extension (`/generate`, `/generate_stream` as server-sent events, on "
     "the decoupled models above and a plain python model, "
     "`tests/conformance/test_decoupled_models.py`)",
@@ -101,6 +106,7 @@ def case_lines() -> list[str]:
             *DECOUPLED_REGISTRY.cases,
             *SEQUENCE_REGISTRY.cases,
             *CACHE_REGISTRY.cases,
+            *SHM_REGISTRY.cases,
         )
         cases = [case for case in every if case.group == group]
         counts = Counter(_generic(case.description) for case in cases)
@@ -174,6 +180,7 @@ def render() -> str:
             + DECOUPLED_ALLOWED
             + SEQUENCE_ALLOWED
             + CACHE_ALLOWED
+            + SHM_ALLOWED
         ),
         "",
     ]

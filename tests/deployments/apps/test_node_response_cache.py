@@ -1,10 +1,12 @@
 """The response cache on a live cluster: the replicas of a node share one cache (a request
 one replica answered is a hit on the other), Triton's statistics and metrics count hits and
-misses, and a model whose config enables the cache runs uncached on a server without one."""
+misses; and the same server, started without ``--allow-client-shm``, refusing client shared
+memory."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import urllib.request
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from ray import serve
+from tritonclient.utils import InferenceServerException
 
 from deployments.apps.handles import broadcast
 from deployments.apps.replica_api import ModelReplicaApi
@@ -144,3 +147,17 @@ def test_metrics_count_hits_and_misses_per_model(cached_server):
     }
     assert samples["nv_cache_num_hits_per_model"] == inference["cache_hit"]["count"]
     assert samples["nv_cache_num_misses_per_model"] == inference["cache_miss"]["count"]
+
+
+def test_a_server_that_does_not_allow_client_shm_refuses_regions(cached_server):
+    # This server runs with the default --allow-client-shm false, as Triton since 2.71.
+    cluster, grpc_port, _ = cached_server
+    client = httpclient.InferenceServerClient(cluster.http_url)
+    disabled = "Client shared memory is disabled. Start the server with '--allow-client-shm=true'"
+    with pytest.raises(InferenceServerException, match=re.escape(disabled)):
+        client.register_system_shared_memory("region", "/rt_key", 64)
+    grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    with pytest.raises(InferenceServerException, match=r"UNIMPLEMENTED.*disabled"):
+        grpc.unregister_system_shared_memory()
+    assert client.get_system_shared_memory_status() == []
+    assert "system_shared_memory" in client.get_server_metadata()["extensions"]

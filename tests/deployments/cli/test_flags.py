@@ -43,6 +43,7 @@ SERVE_FLAGS = ENDPOINT_FLAGS | {
     "--model-file-override-dir",
     "--strict-readiness",
     "--cache-config",
+    "--allow-client-shm",
     "--log-file",
     "--log-info",
     "--log-warning",

@@ -1,0 +1,104 @@
+"""The region table and a process's mapped regions without Ray, on real /dev/shm objects."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from deployments.core.shared_memory import (
+    MappedRegions,
+    RegionNotKnownError,
+    RegionTable,
+    SystemRegion,
+)
+from repo_adapter.errors import InferenceServerError, StatusCode
+
+
+@pytest.fixture
+def shm_object():
+    key = f"/rt_unit_{os.getpid()}"
+    path = f"/dev/shm/{key[1:]}"
+    with open(path, "wb") as handle:
+        handle.write(bytes(64))
+    yield key, path
+    os.unlink(path)
+
+
+def test_registration_checks_the_key_and_the_span(shm_object):
+    key, _ = shm_object
+    table = RegionTable("node-a")
+    region = table.register("r", key, 16, 32)
+    assert region == SystemRegion("r", key, 16, 32, "node-a")
+    problems = {
+        ("r", key, 0, 8): (
+            StatusCode.ALREADY_EXISTS,
+            "shared memory region 'r' already in manager",
+        ),
+        ("x", "/rt_no_such", 0, 8): (
+            StatusCode.INTERNAL,
+            "Unable to open shared memory region: '/rt_no_such'",
+        ),
+        ("y", key, 60, 8): (StatusCode.INTERNAL, f"Invalid shared memory region: '{key}'"),
+        ("z", "/", 0, 8): (
+            StatusCode.INVALID_ARG,
+            "cannot register shared memory region 'z' - invalid shm key '/'",
+        ),
+        ("w", "/triton_python_backend_shm_region_1", 0, 8): (
+            StatusCode.INVALID_ARG,
+            "cannot register shared memory region 'w' with key "
+            "'/triton_python_backend_shm_region_1' as the key contains the reserved prefix "
+            "'triton_python_backend_shm_region_'",
+        ),
+    }
+    for arguments, (code, message) in problems.items():
+        with pytest.raises(InferenceServerError) as refused:
+            table.register(*arguments)
+        assert (refused.value.code, refused.value.message) == (code, message)
+    assert [r.name for r in table.status()] == ["r"]
+    with pytest.raises(InferenceServerError, match="Unable to find system shared memory"):
+        table.status("nothing")
+    assert table.unregister("nothing") == [] and table.unregister() == ["r"]
+
+
+def test_a_process_reads_and_writes_its_regions_in_place(shm_object):
+    key, path = shm_object
+    regions = MappedRegions("node-a")
+    regions.adopt([SystemRegion("r", key, 16, 32, "node-a")])
+    regions.write("r", 4, 8, np.array([1.5, 2.5], np.float32).tobytes())
+    with open(path, "rb") as handle:
+        assert np.frombuffer(handle.read()[20:28], np.float32).tolist() == [1.5, 2.5]
+    view = regions.read("r", 4, 8)
+    assert np.frombuffer(view, np.float32).tolist() == [1.5, 2.5]
+    for offset, size in ((28, 8), (32, 1), (0, 0)):
+        with pytest.raises(InferenceServerError, match="Invalid offset \\+ byte size"):
+            regions.read("r", offset, size)
+    del view
+    regions.forget(["r"])
+    with pytest.raises(RegionNotKnownError):
+        regions.read("r", 0, 4)
+
+
+def test_a_region_of_another_node_is_refused_not_mapped(shm_object):
+    key, _ = shm_object
+    regions = MappedRegions("node-b")
+    regions.adopt([SystemRegion("r", key, 0, 64, "node-a")])
+    with pytest.raises(InferenceServerError, match="registered on node node-a") as refused:
+        regions.read("r", 0, 4)
+    assert refused.value.code == StatusCode.UNAVAILABLE
+
+
+async def test_a_region_registered_meanwhile_is_fetched(shm_object):
+    key, _ = shm_object
+    table = RegionTable()
+
+    async def fetch() -> list[SystemRegion]:
+        return table.regions()
+
+    regions = MappedRegions(fetch=fetch)
+    table.register("late", key, 0, 64)
+    with pytest.raises(RegionNotKnownError):
+        regions.read("late", 0, 4)
+    await regions.refresh()
+    assert len(regions.read("late", 0, 4)) == 4
