@@ -97,6 +97,8 @@ def config_from_args(args: argparse.Namespace) -> PerfConfig:
         string_length=_default(args.string_length, DEFAULT_STRING_LENGTH),
         string_data=args.string_data,
         binary_inputs=args.input_format != "json",
+        shared_memory=args.shared_memory,
+        output_shared_memory_size=args.output_shared_memory_size,
         measurement_interval_ms=args.measurement_interval,
         measurement_mode=args.measurement_mode,
         measurement_request_count=_default(args.measurement_request_count, DEFAULT_WINDOW_REQUESTS),

@@ -134,6 +134,16 @@ class TritonConnection:
         tensor.set_data_from_numpy(array)
         return tensor
 
+    def make_shm_input(self, name: str, datatype: str, shape: Sequence[int]) -> Any:
+        """An InferInput without data (its data named in a shared-memory region)."""
+        if self.protocol == HTTP:
+            import tritonclient.http as httpclient
+
+            return httpclient.InferInput(name, list(shape), datatype)
+        import tritonclient.grpc as grpcclient
+
+        return grpcclient.InferInput(name, list(shape), datatype)
+
     def make_output(self, name: str, binary: bool = True) -> Any:
         """A requested output; HTTP asks for binary data (perf_analyzer's default) unless
         ``binary`` is False (``--output-tensor-format json``)."""
@@ -198,6 +208,15 @@ class TritonConnection:
         return await self._control.get_inference_statistics(
             model, version, headers=headers, as_json=True, client_timeout=self.request_timeout_s
         )
+
+    async def register_system_region(self, name: str, key: str, byte_size: int) -> None:
+        """Register a system shared-memory region."""
+        headers = self.headers or None
+        await self._control.register_system_shared_memory(name, key, byte_size, headers=headers)
+
+    async def unregister_system_regions(self) -> None:
+        """Unregister every system shared-memory region of the server."""
+        await self._control.unregister_system_shared_memory(headers=self.headers or None)
 
     async def close(self) -> None:
         """Close the control-plane client."""

@@ -31,6 +31,7 @@ DEFAULT_MAX_OUTSTANDING = 1024
 DEFAULT_STRING_LENGTH = 128
 DEFAULT_WINDOW_REQUESTS = 50
 DEFAULT_METRICS_INTERVAL_MS = 1000  # perf_analyzer's --metrics-interval default
+DEFAULT_OUTPUT_SHM_BYTES = 102400  # perf_analyzer's --output-shared-memory-size default
 
 _NO_TLS = (
     "TLS is not supported: the rayton server speaks plain HTTP and gRPC, and rayton perf has no "
@@ -41,11 +42,6 @@ _NO_SEQUENCES = "sequence models are not supported by rayton perf"
 _NOT_IMPLEMENTED = "not implemented in rayton perf"
 # perf_analyzer options rayton perf refuses, with the reason the usage error gives.
 REFUSED_OPTIONS: dict[str, tuple[int, str]] = {
-    "--output-shared-memory-size": (
-        1,
-        "output shared memory needs --shared-memory system|cuda, and the rayton server has no "
-        "shared memory",
-    ),
     "--model-signature-name": (
         1,
         "only for --service-kind tfserving; rayton perf speaks Triton's protocol only",
@@ -129,6 +125,22 @@ class _OnlyValue(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _OneOf(argparse.Action):
+    """An option of which rayton perf honours some values."""
+
+    def __init__(
+        self, option_strings: list[str], dest: str, accepted: tuple[str, ...], reason: str, **kw
+    ):
+        self.accepted = accepted
+        self.reason = reason
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if values not in self.accepted:
+            parser.error(f"{option_string} {values}: {self.reason}")
+        setattr(namespace, self.dest, values)
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's formatter, but never splitting an option name at one of its hyphens."""
 
@@ -191,11 +203,21 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     model.add_argument(
         "--shared-memory",
-        action=_OnlyValue,
-        accepted="none",
-        reason="the rayton server has no shared memory; tensors travel in the request",
+        action=_OneOf,
+        accepted=("none", "system"),
+        reason="CUDA shared memory is not implemented in rayton perf",
         default="none",
-        help="only 'none' (tensors travel in the request); system and cuda are refused",
+        help="none (tensors travel in the request) or system (inputs and outputs in system "
+        "shared-memory regions; the server must allow client shared memory, on this host); "
+        "cuda is refused",
+    )
+    model.add_argument(
+        "--output-shared-memory-size",
+        type=int,
+        default=DEFAULT_OUTPUT_SHM_BYTES,
+        metavar="BYTES",
+        help=f"with --shared-memory system: each output's region (default "
+        f"{DEFAULT_OUTPUT_SHM_BYTES}, as perf_analyzer)",
     )
 
 

@@ -47,6 +47,7 @@ from rayton_perf.server_stats import (
     supports_statistics,
     window_delta,
 )
+from rayton_perf.shared_memory import SharedMemoryData
 
 # count_windows: a window also ends after this many measurement intervals, so a stalled
 # server cannot hold the run forever.
@@ -84,6 +85,7 @@ class Profiler:
         self.server_metadata: dict[str, Any] = {}
         self._payloads: list[list[Any]] = []
         self._outputs: list[Any] = []
+        self._shared: SharedMemoryData | None = None  # --shared-memory system's regions
         self._send_ns = 0
         self._recv_ns: int | None = None
         self.warnings: list[str] = []  # messages about the last level, for the caller
@@ -131,17 +133,25 @@ class Profiler:
             config.seed,
         )
         datatypes = {t.name: t.datatype for t in self.model.inputs}
-        # Built once: every request reuses these InferInput objects (and their bytes).
-        self._payloads = [
-            [
-                self.connection.make_input(name, datatypes[name], array, config.binary_inputs)
-                for name, array in request.items()
+        if config.shared_memory == "system":
+            self._shared = SharedMemoryData(self.connection)
+            self._payloads = await self._shared.inputs(requests, datatypes)
+            self._outputs = await self._shared.outputs(
+                [t.name for t in self.model.outputs], config.output_shared_memory_size
+            )
+        else:
+            # Built once: every request reuses these InferInput objects (and their bytes).
+            self._payloads = [
+                [
+                    self.connection.make_input(name, datatypes[name], array, config.binary_inputs)
+                    for name, array in request.items()
+                ]
+                for request in requests
             ]
-            for request in requests
-        ]
-        self._outputs = [
-            self.connection.make_output(t.name, config.binary_outputs) for t in self.model.outputs
-        ]
+            self._outputs = [
+                self.connection.make_output(t.name, config.binary_outputs)
+                for t in self.model.outputs
+            ]
         if config.collect_metrics:
             self.metrics = MetricsCollector(config.resolved_metrics_url, config.metrics_interval_ms)
         self._send_ns = estimate_send_ns(
@@ -153,7 +163,10 @@ class Profiler:
         )
 
     async def close(self) -> None:
-        """Close the control connection."""
+        """Unregister the run's shared-memory regions; close the control connection."""
+        if self._shared is not None:
+            await self._shared.close()
+            self._shared = None
         if self.connection is not None:
             await self.connection.close()
             self.connection = None

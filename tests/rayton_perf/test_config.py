@@ -247,6 +247,8 @@ def test_output_format_and_metrics_options():
     custom = _config("--collect-metrics", "--metrics-url", "m:1/x", "--metrics-interval", "250")
     assert (custom.resolved_metrics_url, custom.metrics_interval_ms) == ("http://m:1/x", 250)
     assert _config("--shared-memory", "none", "--service-kind", "triton").model_name == "x"
+    shared = _config("--shared-memory", "system", "--output-shared-memory-size", "4096")
+    assert (shared.shared_memory, shared.output_shared_memory_size) == ("system", 4096)
     args = build_parser().parse_args(["-m", "x", "--verbose-csv", "-f", "out.csv"])
     assert args.verbose_csv is True
     config_from_args(args)  # with -f it has an effect
@@ -298,8 +300,7 @@ def test_refused_perf_analyzer_options_say_why(capsys, flag):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--shared-memory", "system"], "no shared memory"),
-        (["--shared-memory", "cuda"], "no shared memory"),
+        (["--shared-memory", "cuda"], "CUDA shared memory is not implemented"),
         (["--service-kind", "tfserving"], "Triton's protocol only"),
         (["--service-kind", "torchserve"], "Triton's protocol only"),
         (["-a", "--sync"], "not allowed with argument"),

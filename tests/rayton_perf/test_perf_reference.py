@@ -305,3 +305,30 @@ async def test_streaming_errors_fail_the_run(triton):
     )
     with pytest.raises(PerfError, match="broken on purpose"):
         await run_level(config, concurrency=2)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_shared_memory_system(triton, capsys, protocol):
+    url = triton.http_url.removeprefix("http://") if protocol == "http" else triton.grpc_url
+    status, stdout, stderr = _run(
+        capsys,
+        ["-m", "ident", "-u", url, "-i", protocol, "-b", "2", "--shared-memory", "system",
+         "--output-shared-memory-size", "64", "--concurrency-range", "2", *FAST],
+    )  # fmt: skip
+    assert status == 0, stderr
+    _check_stdout(stdout, levels=1)
+    # Every region was unregistered and removed afterwards.
+    assert triton.request("GET", "/v2/systemsharedmemory/status") == (200, [])
+    assert not [p for p in Path("/dev/shm").glob("rayton_perf_*")]
+
+
+def test_shared_memory_refusals(triton, capsys):
+    url = triton.http_url.removeprefix("http://")
+    status, _, stderr = _run(capsys, ["-m", "ident", "-u", url, "--shared-memory", "cuda"])
+    assert status != 0 and "CUDA shared memory is not implemented" in stderr
+    status, _, stderr = _run(
+        capsys,
+        ["-m", "ident", "-u", url, "--shared-memory", "system",
+         "--output-shared-memory-size", "8", "--concurrency-range", "1", *FAST],
+    )  # fmt: skip
+    assert status != 0 and "should be at least 16 bytes" in stderr
