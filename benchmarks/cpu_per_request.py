@@ -6,6 +6,10 @@
 ``--levels copy_native:16,copy_onnx:16`` adds the C-backend overhead pair: a C backend that
 copies its input (the same ``.so`` on both servers) against the same copy as an ONNX model.
 
+``--shared-memory none,system`` runs each level with the tensors in the request body and
+again with them in system shared-memory regions (``rayton perf --shared-memory system``;
+rayton runs with ``--allow-client-shm true``).
+
 Throughput alone hides where a request's cost goes when the load generator shares the
 machine's cores with the server. This starts each system as :mod:`benchmarks.run` does, warms
 each level up, then drives it for three measurement windows while reading the CPU time (user +
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import itertools
 import os
 import tempfile
 import time
@@ -126,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         default="mlp:16,mlp:32,cnn:32,mlp:16:8",
         help="model:concurrency[:rows per request], comma-separated",
     )
+    parser.add_argument(
+        "--shared-memory",
+        default="none",
+        help="none, system, or both comma-separated: where the tensors travel",
+    )
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--warmup-s", type=float, default=3.0)
     args = parser.parse_args(argv)
@@ -140,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.systems.split(","):
             system = start_system(name, repos, root)
             try:
-                for model, concurrency, batch in levels:
+                for (model, concurrency, batch), shared in itertools.product(
+                    levels, args.shared_memory.split(",")
+                ):
                     config = PerfConfig(
                         model_name=model,
                         url=system.url,
@@ -148,9 +160,13 @@ def main(argv: list[str] | None = None) -> int:
                         batch_size=batch,
                         measurement_interval_ms=args.window_ms,
                         warmup_s=args.warmup_s,
+                        shared_memory=shared,
+                        output_shared_memory_size=1 << 20,
                     )
                     share = asyncio.run(measure_level(config, concurrency, system.session_id))
                     label = f"{model} b={batch} c={concurrency}"
+                    if shared != "none":
+                        label += f" shm={shared}"
                     results[(name, label)] = share
                     print(f"  {name} {label}: {share.throughput:.0f} infer/s", flush=True)
             finally:

@@ -120,6 +120,8 @@ def start_system(name: str, repos: dict[str, Path], logs: Path) -> RunningSystem
                 replicas,
                 "--python-instances",
                 python_instances,
+                "--allow-client-shm",  # for --shared-memory system levels (loopback only)
+                "true",
             ),
             logs / f"{name}.log",
         )
