@@ -24,7 +24,12 @@ import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
+from repo_adapter.datatypes import input_from_bytes
 from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.inference_types import SharedMemoryTarget
+from repo_adapter.request_validation import log_request
 
 SHM_DIRECTORY = "/dev/shm"  # where shm_open(3) keeps its objects on Linux
 # Keys Triton keeps for its python backend's own regions.
@@ -230,6 +235,30 @@ class MappedRegions:
         """Put ``data`` at ``offset`` of the region, which holds ``byte_size`` bytes there."""
         mapped, start = self._span(name, offset, byte_size)
         mapped[start : start + len(data)] = data
+
+    def read_input(
+        self, location: tuple[str, int, int], datatype: str, shape: tuple[int, ...], name: str,
+        model: str, request_id: str,
+    ) -> np.ndarray:  # fmt: skip
+        """Input ``name`` of a request to ``model`` from ``location`` (region, offset, byte
+        size): a view of the mapping, its size checked as Triton checks it."""
+        buffer = self.read(*location)
+        try:
+            return input_from_bytes(buffer, datatype, shape, name, model)
+        except InferenceServerError as err:  # core's check, with its request-id prefix
+            raise InferenceServerError(f"{log_request(request_id)}{err.message}") from None
+
+    def write_output(self, name: str, target: SharedMemoryTarget, data: bytes | memoryview) -> None:
+        """Output ``name``'s wire bytes into the region its request named (Triton's error
+        when the region's span is too small)."""
+        if len(data) > target.byte_size:
+            raise InferenceServerError(
+                f"shared memory size specified with the request for output '{name}' "
+                f"({target.byte_size} bytes) should be at least {len(data)} bytes to hold the "
+                "results",
+                StatusCode.INTERNAL,
+            )
+        self.write(target.region, target.offset, target.byte_size, data)
 
 
 _process_regions = MappedRegions()

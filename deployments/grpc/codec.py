@@ -269,14 +269,10 @@ def _decode_inputs(
                 f"invalid datatype '{datatype}' for input '{name}'"
             ) from None
         if shared:
-            region, offset, byte_size = _shared_memory_location(parameters)
+            location = _shared_memory_location(parameters)
             if regions is None:
-                raise _unknown_region(region)
-            buffer = regions.read(region, offset, byte_size)
-            try:
-                data = input_from_bytes(buffer, datatype, shape, name, model_name)
-            except InferenceServerError as err:  # core's check, with its request-id prefix
-                raise InferenceServerError(f"{log_request(request.id)}{err.message}") from None
+                raise _unknown_region(location[0])
+            data = regions.read_input(location, datatype, shape, name, model_name, request.id)
         elif tensor.HasField("contents"):
             if raw_count:
                 raise InferenceServerError(
@@ -489,15 +485,7 @@ def encode_infer_response(
         output.shape.extend(int(d) for d in tensor.shape)
         target = targets.get(tensor.name) if targets else None
         if target is not None and regions is not None:
-            data = tensor_to_bytes(tensor.data, tensor.datatype)
-            if len(data) > target.byte_size:
-                raise InferenceServerError(
-                    f"shared memory size specified with the request for output '{tensor.name}' "
-                    f"({target.byte_size} bytes) should be at least {len(data)} bytes to hold "
-                    "the results",
-                    StatusCode.INTERNAL,
-                )
-            regions.write(target.region, target.offset, target.byte_size, data)
+            regions.write_output(tensor.name, target, tensor_to_bytes(tensor.data, tensor.datatype))
             raw.append(b"")
             continue
         for key, value in tensor.parameters.items():

@@ -311,14 +311,10 @@ def _decode_input(
         data = input_from_bytes(payload[offset:end], datatype, shape, name, model_name)
         offset = end
     elif "shared_memory_region" in parameters:
-        region, region_offset, byte_size = _shared_memory_location(parameters)
+        location = _shared_memory_location(parameters)
         if regions is None:
-            raise unknown_region(region)
-        buffer = regions.read(region, region_offset, byte_size)
-        try:
-            data = input_from_bytes(buffer, datatype, shape, name, model_name)
-        except InferenceServerError as err:  # core's check, with its request-id prefix
-            raise InferenceServerError(f"{log_request(request_id)}{err.message}") from None
+            raise unknown_region(location[0])
+        data = regions.read_input(location, datatype, shape, name, model_name, request_id)
     else:
         data = array_from_json(entry["data"], datatype, dtype, shape, count, name)
 

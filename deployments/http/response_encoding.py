@@ -135,15 +135,7 @@ def write_shared_memory_output(
 ) -> dict[str, Any]:
     """Write an output into the region the request named; its entry in the response (no
     data, as Triton's)."""
-    buffer = _wire_buffer(tensor)
-    if len(buffer) > target.byte_size:
-        raise InferenceServerError(
-            f"shared memory size specified with the request for output '{tensor.name}' "
-            f"({target.byte_size} bytes) should be at least {len(buffer)} bytes to hold the "
-            "results",
-            StatusCode.INTERNAL,
-        )
-    regions.write(target.region, target.offset, target.byte_size, buffer)
+    regions.write_output(tensor.name, target, _wire_buffer(tensor))
     return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
 
 
