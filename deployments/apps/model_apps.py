@@ -72,6 +72,8 @@ class ServeModelApps:
 
     def __init__(self) -> None:
         self._serve_status = _SharedSnapshot(lambda: asyncio.to_thread(serve.status))
+        # Each deployment's (status, trigger) at the last replica_failures call.
+        self._deployment_states: dict[tuple[str, str], tuple[str, str]] = {}
         self._hosted = _SharedSnapshot(self._fetch_hosted_statuses)
 
     async def deploy(self, targets: list[DeployTarget]) -> None:
@@ -98,16 +100,27 @@ class ServeModelApps:
                 messages.append(deployment.message)
         return str(getattr(app.status, "value", app.status)), " ".join(messages)
 
-    async def unhealthy_applications(self) -> dict[str, str]:
-        """Applications with a deployment Serve marks UNHEALTHY (a replica stopped or failed
-        its health check, until Serve's replacement runs) -> Serve's message."""
+    async def replica_failures(self) -> dict[str, str]:
+        """Applications where a replica failed since the last call -> Serve's message: a
+        deployment Serve marks UNHEALTHY now (a replica stopped or failed its health check,
+        until Serve's replacement runs), or one that recovered from that since the last call
+        (the replacement can start between two calls: Serve's status then says HEALTHY with
+        no trigger, which only a recovery leaves)."""
         status = await self._serve_status.get()
-        found: dict[str, str] = {}
+        states: dict[tuple[str, str], tuple[str, str]] = {}
+        failures: dict[str, str] = {}
         for name, app in status.applications.items():
-            for deployment in app.deployments.values():
-                if str(getattr(deployment.status, "value", deployment.status)) == "UNHEALTHY":
-                    found[name] = deployment.message or "a replica failed its health check"
-        return found
+            for deployment_name, deployment in app.deployments.items():
+                state = (_value(deployment.status), _value(deployment.status_trigger))
+                before = self._deployment_states.get((name, deployment_name))
+                states[(name, deployment_name)] = state
+                if state[0] == _UNHEALTHY and (before is None or before[0] != _UNHEALTHY):
+                    failures[name] = deployment.message or "a replica failed its health check"
+                elif state == _RECOVERED and before not in (None, _RECOVERED):
+                    if before[0] != _UNHEALTHY:  # the UNHEALTHY time fell between two calls
+                        failures[name] = "a replica failed and was replaced"
+        self._deployment_states = states
+        return failures
 
     async def slot_statuses(self, name: str, deployment: str = "") -> list[SlotStatus]:
         """Every replica's slot status of model ``name`` in application ``name``'s
@@ -170,6 +183,15 @@ def same_states(first: VersionStates, second: VersionStates) -> bool:
 
 def _states(versions: VersionStates) -> dict[str, ModelState]:
     return {v: s.state for v, s in versions.items()}
+
+
+_UNHEALTHY = "UNHEALTHY"
+# Serve's status of a deployment that recovered from UNHEALTHY (and of nothing else).
+_RECOVERED = ("HEALTHY", "UNSPECIFIED")
+
+
+def _value(member: Any) -> str:
+    return str(getattr(member, "value", member))
 
 
 def settled(replicas: list[SlotStatus | None], generation: str | None) -> LoadOutcome | None:

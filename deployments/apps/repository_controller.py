@@ -115,7 +115,6 @@ class RepositoryController:
         self._regions = RegionTable(ray.get_runtime_context().get_node_id())
         self._started = False
         self._unplaceable: set[str] = set()
-        self._unhealthy: set[str] = set()  # applications Serve marks UNHEALTHY now
         loop = asyncio.get_event_loop()
         self._tasks = [loop.create_task(self._run()), loop.create_task(self._watch_replicas())]
 
@@ -158,11 +157,10 @@ class RepositoryController:
                 logger.exception("reading Serve's replica health failed")
 
     async def note_stopped_replicas(self) -> None:
-        """Record a replica stop for each served model whose application just became
-        UNHEALTHY while no change of this server's was under way."""
-        unhealthy = await self._apps.unhealthy_applications()
-        newly = set(unhealthy) - self._unhealthy
-        self._unhealthy = set(unhealthy)
+        """Record a replica stop for each served model whose application had a replica fail
+        since the last look while no change of this server's was under way."""
+        unhealthy = await self._apps.replica_failures()
+        newly = set(unhealthy)
         if not newly:
             return
         at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
