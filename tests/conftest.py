@@ -82,6 +82,7 @@ class ServeCluster:
         http_max_input_size: int | None = None,
         cache_config: list[str] | None = None,
         allow_client_shm: bool = False,
+        metrics_config: list[str] | None = None,
     ) -> list[str]:
         """Deploy as ``rayton serve`` does: the repository controller deploys the models.
 
@@ -113,7 +114,9 @@ class ServeCluster:
             **({"http_max_input_size": http_max_input_size} if http_max_input_size else {}),
         )
         return self._run(
-            front_applications(args, grpc_port=grpc_port, metrics=_metrics_args(metrics_port))
+            front_applications(
+                args, grpc_port=grpc_port, metrics=_metrics_args(metrics_port, metrics_config)
+            )
         )
 
     def wait_for_repository(self, timeout_s: float = 300.0) -> None:
@@ -154,10 +157,12 @@ class ServeCluster:
         raise TimeoutError(f"applications not deleted within {timeout_s} s: {app_names}")
 
 
-def _metrics_args(port: int | None):
+def _metrics_args(port: int | None, config: list[str] | None = None):
     from deployments.metrics.options import MetricsAppArgs
 
-    return None if port is None else MetricsAppArgs(metrics_port=port)
+    if port is None:
+        return None
+    return MetricsAppArgs(metrics_port=port, metrics_config=list(config or ()))
 
 
 @pytest.fixture(scope="session")

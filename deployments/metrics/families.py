@@ -133,7 +133,21 @@ _SUMMARIES = {
         "compute_output_ns",
         f"Cumulative inference compute output duration in microseconds {_NOT_CACHED}",
     ),
+    "cache_hit": (
+        "nv_cache_hit_summary_per_model",
+        "cache_hit_ns",
+        "Summary of cache hit counts/durations per model, in microseconds.",
+    ),
+    "cache_miss": (
+        "nv_cache_miss_summary_per_model",
+        "cache_miss_ns",
+        "Summary of cache miss counts/durations per model, in microseconds.",
+    ),
 }  # Triton 2.51's help texts, "Cumulative" for the compute ones included
+# What a summary's _count counts: requests, or only those that executed (not cache hits), or
+# the cache's hits or misses.
+_SUMMARY_COUNTS = {"cache_hit": "cache_hit_count", "cache_miss": "cache_miss_count"}
+_EXECUTED_KINDS = ("compute_input", "compute_infer", "compute_output")
 
 
 @dataclass(frozen=True)
@@ -231,14 +245,20 @@ def model_families(
 
 def _summary_families(versions: list[dict[str, Any]], quantiles: tuple[float, ...]) -> list[Family]:
     """Triton's summaries: ``_count`` and ``_sum`` over all time (the counters' values), the
-    quantiles over the last minute of every replica's requests."""
+    quantiles over the last minute of every replica's requests; a cached model's cache hits
+    and misses too (its compute summaries count only the requests that ran)."""
     families = []
     for kind in LATENCY_KINDS:
         name, sum_field, help_text = _SUMMARIES[kind]
         family = Family(name, "summary", help_text)
         for entry in versions:
+            if kind in _SUMMARY_COUNTS and not entry.get("response_cache"):
+                continue  # the cache's summaries are a cached model's
             labels = labels_of(entry)
-            family.add(labels, int(entry.get("success", 0)), "_count")
+            count = int(entry.get(_SUMMARY_COUNTS.get(kind, "success"), 0))
+            if kind in _EXECUTED_KINDS:
+                count -= int(entry.get("cache_hit_count", 0))
+            family.add(labels, count, "_count")
             family.add(labels, int(entry.get(sum_field, 0)) // 1000, "_sum")
             buckets = merge_windows(entry.get("latency_windows", {}).get(kind, []))
             for q in quantiles:

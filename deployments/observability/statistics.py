@@ -36,7 +36,15 @@ BACKEND = "BACKEND"  # its execution failed
 OTHER = "OTHER"  # anything else (an ensemble step failed)
 FAILURE_REASONS = (REJECTED, CANCELED, BACKEND, OTHER)
 # Durations whose recent quantiles the metrics can show (Triton's summary_latencies).
-LATENCY_KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
+LATENCY_KINDS = (
+    "request",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
 
 
 class DurationDocument(TypedDict):
@@ -244,12 +252,14 @@ class VersionStatistics:
         now = time.time()
         self.latencies["request"].observe((now_ns - arrival_ns) / 1000, now)
         self.latencies["queue"].observe((lookup_start_ns - arrival_ns) / 1000, now)
+        self.latencies["cache_hit"].observe(lookup_ns / 1000, now)
 
     def record_cache_miss(self, miss_ns: int) -> None:
         """A request the cache did not hold, recorded with its execution: its lookup and
         insertion time, added to its request time as Triton adds it."""
         self.durations["cache_miss"].add(miss_ns)
         self.durations["success"].ns += miss_ns
+        self.latencies["cache_miss"].observe(miss_ns / 1000, time.time())
 
     def record_failure(self, arrival_ns: int, reason: str) -> None:
         """A request that failed without an execution of its own (``reason``: one of

@@ -136,7 +136,8 @@ def _(t: Target) -> Any:
         for labels, number in family["samples"].items():
             if sample_model(labels) == PARTIAL_MODEL:
                 continue  # its counts differ by design (cache_partial_entry)
-            timed = "duration" in name or name == "nv_cache_util"  # varies run to run
+            # Durations, summaries' quantiles and utilization vary run to run.
+            timed = "duration" in name or "summary" in name or name == "nv_cache_util"
             observed[f"{name}{{{labels}}}"] = number > 0 if timed else number
     return observed
 

@@ -128,16 +128,19 @@ def both_serving(
     server_args: Sequence[str] = (),
     cache_config: list[str] | None = None,
     allow_client_shm: bool = False,
+    metrics_config: Sequence[str] = (),
 ) -> Iterator[dict[str, Observations]]:
     """``registry``'s observations of the reference and of rayton, each serving
     ``repository`` with every model loaded (rayton through ``serve_cluster``, its models
     removed afterwards), both with ``/metrics``. ``server_args``: the reference's extra flags;
     ``cache_config``: both servers' ``--cache-config``; ``allow_client_shm``: rayton's
-    ``--allow-client-shm`` (Triton 2.51 allows client shared memory without a flag)."""
+    ``--allow-client-shm`` (Triton 2.51 allows client shared memory without a flag);
+    ``metrics_config``: both servers' ``--metrics-config`` settings."""
     from tests.support.ports import free_port
 
     cache_args = [f"--cache-config={value}" for value in cache_config or ()]
-    with reference_serving(repository, [*server_args, *cache_args]) as reference:
+    metrics_args = [f"--metrics-config={value}" for value in metrics_config]
+    with reference_serving(repository, [*server_args, *cache_args, *metrics_args]) as reference:
         grpc_port, metrics_port = free_port(), free_port()
         rayton = Server(
             "rayton",
@@ -153,6 +156,7 @@ def both_serving(
                 metrics_port=metrics_port,
                 cache_config=cache_config,
                 allow_client_shm=allow_client_shm,
+                metrics_config=list(metrics_config),
             )
             wait_ready(serve_cluster.http_url, timeout_s=120)
             yield observe((reference, rayton), registry)

@@ -1,6 +1,6 @@
 """rayton against the real Triton for the response cache: the cases of
 :mod:`tests.conformance.cache_cases` over HTTP and gRPC, both servers started with
-``--cache-config local,size=1048576``."""
+``--cache-config local,size=1048576`` and ``--metrics-config summary_latencies=true``."""
 
 from __future__ import annotations
 
@@ -51,7 +51,11 @@ def observations(serve_cluster, tmp_path_factory) -> Iterator[dict[str, Observat
     (repository / ENSEMBLE_MODEL / "1").mkdir(parents=True)
     (repository / ENSEMBLE_MODEL / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     with both_serving(
-        serve_cluster, repository, CACHE_REGISTRY, cache_config=CACHE_CONFIG
+        serve_cluster,
+        repository,
+        CACHE_REGISTRY,
+        cache_config=CACHE_CONFIG,
+        metrics_config=["summary_latencies=true"],
     ) as observed:
         yield observed
 

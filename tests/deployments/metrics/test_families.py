@@ -149,3 +149,30 @@ def test_cached_versions_get_tritons_per_model_cache_counters_summed_over_replic
         "nv_cache_num_hits_per_model"
     )
     assert "nv_cache_num_hits_per_model" not in by_name(model_families(merge_versions([entry()])))
+
+
+def test_a_cached_models_summaries_count_hits_and_misses_and_only_executed_compute():
+    cached = entry(
+        success=7,
+        compute_infer_ns=3_000_000,
+        response_cache=True,
+        cache_hit_count=4,
+        cache_hit_ns=24_000,
+        cache_miss_count=3,
+        cache_miss_ns=89_000,
+    )
+    families = by_name(
+        model_families(
+            merge_versions([cached, entry(model="plain", success=2)]),
+            LatencyOptions(summary_latencies=True),
+        )
+    )
+    hits = {s.suffix: s.value for s in families["nv_cache_hit_summary_per_model"].samples}
+    assert (hits["_count"], hits["_sum"]) == (4, 24)
+    misses = families["nv_cache_miss_summary_per_model"].samples
+    assert {s.labels["model"] for s in misses} == {"m"}  # an uncached model has none
+    infer = {
+        (s.labels["model"], s.suffix): s.value
+        for s in families["nv_inference_compute_infer_summary_us"].samples
+    }
+    assert infer[("m", "_count")] == 3 and infer[("plain", "_count")] == 2
