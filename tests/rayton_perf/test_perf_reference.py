@@ -294,9 +294,13 @@ def test_grpc_streaming(triton, capsys):
     )  # fmt: skip
     assert status == 0, stderr
     _check_stdout(stdout, levels=1)
-    # the server answered every request the client counted, all of them on streams
+    # the server answered the requests the client counted, all of them on streams; a request
+    # that ends while a window's statistics are read counts in the server's window and the
+    # client's next one (or the reverse at its start): at most the 2 in flight at each edge
     requests = re.findall(r"^    Successful request count: (\d+)$", stdout, re.MULTILINE)
-    assert _server_counts(stdout) == [int(n) for n in requests]
+    (server,) = _server_counts(stdout)
+    (client,) = [int(n) for n in requests]
+    assert client > 0 and abs(server - client) <= 2 * 2, (server, client)
 
 
 async def test_streaming_errors_fail_the_run(triton):
