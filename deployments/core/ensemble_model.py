@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from deployments.core.response_cache import CacheUnavailableError, ModelResponseCache, answers
+from deployments.core.response_cache import ModelResponseCache
 from deployments.core.served_model import ModelMetadata, model_metadata, select_outputs
 from deployments.observability.statistics import (
     CANCELED,
@@ -156,25 +156,22 @@ class EnsembleModel:
         cache: ModelResponseCache,
     ) -> InferResponse:
         """The response from the cache when it holds it, else from the steps (whose outputs
-        the cache then keeps); statistics as Triton counts a hit and a miss."""
-        statistics = self._statistics[version]
-        key = cache.key(version, request.inputs)
-        lookup_start_ns = time.monotonic_ns()
-        try:
-            cached = await cache.store.lookup(key)
-        except CacheUnavailableError:
-            return (await self._run(request, version, rows, arrival_ns))[0]
-        lookup_ns = time.monotonic_ns() - lookup_start_ns
-        if cached is not None and answers(cached, request.outputs, self._output_names):
-            statistics.record_cache_hit(arrival_ns, lookup_start_ns, lookup_ns)
-            response = self._response(request, version, {tensor.name: tensor for tensor in cached})
+        the cache then keeps)."""
+
+        def from_cache(outputs: list[InferTensor]) -> InferResponse:
+            response = self._response(request, version, {tensor.name: tensor for tensor in outputs})
             response.parameters = {}  # Triton's cached response has no sequence parameters
             return response
-        response, outputs = await self._run(request, version, rows, arrival_ns)
-        insert_start_ns = time.monotonic_ns()
-        await cache.store.insert(key, outputs)
-        statistics.record_cache_miss(lookup_ns + time.monotonic_ns() - insert_start_ns)
-        return response
+
+        return await cache.respond(
+            request,
+            version,
+            self._output_names,
+            self._statistics[version],
+            lambda: self._run(request, version, rows, arrival_ns),
+            from_cache,
+            arrival_ns=arrival_ns,
+        )
 
     async def _run(
         self, request: InferRequest, version: int, rows: int, arrival_ns: int

@@ -19,14 +19,14 @@ import json
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from repo_adapter.datatypes import serialize_bytes_tensor, tensor_from_bytes, tensor_to_bytes
-from repo_adapter.inference_types import InferTensor, RequestedOutput
+from repo_adapter.inference_types import InferRequest, InferTensor, RequestedOutput
 
 # What one entry costs beside its encoded bytes: its key and the store's bookkeeping.
 ENTRY_OVERHEAD_BYTES = 256
@@ -183,6 +183,18 @@ class LocalResponseStore:
         self.store.put(key, encode_entry(outputs))
 
 
+class CacheStatistics(Protocol):
+    """Where a version's cache hits and misses are counted (Triton's
+    ``UpdateSuccessCacheHit`` / ``UpdateSuccessCacheMiss``)."""
+
+    def record_cache_hit(self, arrival_ns: int, lookup_start_ns: int, lookup_ns: int) -> None: ...
+
+    def record_cache_miss(self, cache_ns: int) -> None: ...
+
+
+Response = TypeVar("Response")
+
+
 @dataclass(frozen=True)
 class ModelResponseCache:
     """One model's use of a store: its requests' keys are scoped by ``scope`` (the model's
@@ -193,6 +205,35 @@ class ModelResponseCache:
 
     def key(self, version: int, inputs: Sequence[InferTensor]) -> bytes:
         return request_key(self.scope, version, inputs)
+
+    async def respond(
+        self,
+        request: InferRequest,
+        version: int,
+        every_output: Sequence[str],
+        statistics: CacheStatistics,
+        run: Callable[[], Awaitable[tuple[Response, list[InferTensor]]]],
+        hit: Callable[[list[InferTensor]], Response],
+        arrival_ns: int,
+    ) -> Response:
+        """``request``'s response: ``hit`` of the cached outputs when the store holds every
+        output the request wants, else ``run``'s response (whose outputs the store then keeps).
+        A store that cannot be reached leaves the request to ``run``, counted as neither."""
+        key = self.key(version, request.inputs)
+        lookup_start_ns = time.monotonic_ns()
+        try:
+            cached = await self.store.lookup(key)
+        except CacheUnavailableError:
+            return (await run())[0]
+        lookup_ns = time.monotonic_ns() - lookup_start_ns
+        if cached is not None and answers(cached, request.outputs, every_output):
+            statistics.record_cache_hit(arrival_ns, lookup_start_ns, lookup_ns)
+            return hit(cached)
+        response, outputs = await run()
+        insert_start_ns = time.monotonic_ns()
+        await self.store.insert(key, outputs)
+        statistics.record_cache_miss(lookup_ns + time.monotonic_ns() - insert_start_ns)
+        return response
 
 
 def answers(

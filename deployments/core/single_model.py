@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from deployments.core.batching import AdmissionFactory, BatchPolicy, DynamicBatcher
 from deployments.core.batching.sequences import SequenceBatcher
-from deployments.core.response_cache import CacheUnavailableError, ModelResponseCache, answers
+from deployments.core.response_cache import ModelResponseCache
 from deployments.core.served_model import ModelMetadata, model_metadata, select_outputs
 from deployments.observability.statistics import ModelStatistics, VersionMetrics, VersionStatistics
 from deployments.observability.tracing import TRACER, child_trace
@@ -286,22 +286,23 @@ class SingleModel:
         it, else from an execution (whose outputs the cache then keeps)."""
         if self._cache is None:
             return await runner.submit(request, rows)
-        arrival_ns = time.monotonic_ns()
-        key = self._cache.key(runner.version, request.inputs)
-        lookup_start_ns = time.monotonic_ns()
-        try:
-            cached = await self._cache.store.lookup(key)
-        except CacheUnavailableError:
-            return await runner.submit(request, rows)
-        lookup_ns = time.monotonic_ns() - lookup_start_ns
-        if cached is not None and answers(cached, request.outputs, self._output_names):
-            runner.statistics.record_cache_hit(arrival_ns, lookup_start_ns, lookup_ns)
-            return InferResponse(self.name, str(runner.version), list(cached))
-        response = await runner.submit(request, rows)
-        insert_start_ns = time.monotonic_ns()
-        await self._cache.store.insert(key, list(response.outputs))
-        runner.statistics.record_cache_miss(lookup_ns + time.monotonic_ns() - insert_start_ns)
-        return response
+
+        async def execute() -> tuple[InferResponse, list[InferTensor]]:
+            response = await runner.submit(request, rows)
+            return response, list(response.outputs)
+
+        def from_cache(outputs: list[InferTensor]) -> InferResponse:
+            return InferResponse(self.name, str(runner.version), outputs)
+
+        return await self._cache.respond(
+            request,
+            runner.version,
+            self._output_names,
+            runner.statistics,
+            execute,
+            from_cache,
+            arrival_ns=time.monotonic_ns(),
+        )
 
     @contextlib.contextmanager
     def _traced(self, request: InferRequest) -> Iterator[None]:
