@@ -26,6 +26,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from cluster.recycling import ReplicaRecycling, replica_recycling
 from repo_adapter.backends import is_registered
 
 _GROUP = mc.ModelInstanceGroup
@@ -108,8 +109,9 @@ class ModelPlacement:
     groups: list[ReplicaGroup]
     notes: list[str] = field(default_factory=list)
     # Needs processes of its own (an environment of its own: EXECUTION_ENV_PATH, a runtime_env;
-    # a C/C++ backend's native code)
+    # a C/C++ backend's native code; replicas recycled on a schedule of their own)
     isolated: bool = False
+    recycling: ReplicaRecycling | None = None  # when its replicas are replaced
 
     @property
     def routed(self) -> bool:
@@ -233,6 +235,13 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
             )
         placed = placed[:1]
         scaling = None
+    recycling = replica_recycling(config)
+    if recycling is not None and config.HasField("sequence_batching"):
+        notes.append(
+            "a sequence model's replicas are not recycled: a replaced replica would take its "
+            "running sequences with it"
+        )
+        recycling = None
     runtime_env = ray_runtime_env(config)
     per_node = max_replicas_per_node(config)
     for group in placed:
@@ -250,13 +259,14 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
         or runtime_env is not None
         or per_node is not None  # the shared host's replicas follow its own rule
         or EXECUTION_ENV_PARAMETER in config.parameters
+        or recycling is not None
     )
     if len(placed) == 1:  # one deployment: named after the model, as YAML overrides expect
         placed[0].name = name
     else:
         for group in placed:
             group.name = f"{name}.{group.name}"
-    return ModelPlacement(name, placed, notes, isolated)
+    return ModelPlacement(name, placed, notes, isolated, recycling)
 
 
 AUTOSCALING_PARAMETER = "AUTOSCALING_CONFIG"

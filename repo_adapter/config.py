@@ -17,6 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from repo_adapter.backends import backend_class
 from repo_adapter.errors import ModelConfigError, NoDeviceError
+from repo_adapter.version_traffic import TrafficPolicy, TrafficPolicyError
 
 ModelConfig = mc.ModelConfig
 CONFIG_FILENAME = "config.pbtxt"
@@ -235,6 +236,10 @@ def validate_config(
     policy = config.version_policy
     if policy.HasField("latest") and policy.latest.num_versions < 1:
         fail("version_policy.latest.num_versions", "must be >= 1")
+    try:
+        TrafficPolicy.from_config(config)
+    except TrafficPolicyError as err:
+        raise ModelConfigError(f"model '{name}' ({source}): {err.message}") from None
 
 
 _CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)

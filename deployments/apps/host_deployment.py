@@ -107,6 +107,11 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         # Endpoints first: a model's routes exist (answering "not ready") while it loads.
         await self.host.apply(wanted, wait=not self._started)
         self._started = True
+        for name, entry in user_config["models"].items():
+            if entry["kind"] != "ensemble":  # in place: a changed policy alone loads nothing
+                self.host.slot(name).steer(
+                    ModelSpec.from_user_config(entry["spec"]).traffic_policy()
+                )
         self._endpoints = {
             name: ModelHttpEndpoints(
                 self.host.slot(name),

@@ -13,6 +13,7 @@ from typing import Any
 from ray.serve import Application
 
 from cluster.placement import GRACEFUL_SHUTDOWN_TIMEOUT_S, ReplicaGroup, placement_for
+from cluster.recycling import ONE_AT_A_TIME_SURGE_PERCENT
 from cluster.resources import node_resources
 from cluster.serve_internals import set_code_version
 from deployments.apps.ensemble_deployment import EnsembleSpec, TritonEnsemble
@@ -24,6 +25,7 @@ from deployments.core.server_core import SERVER_VERSION
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.repository import RepositoryModel
+from repo_adapter.version_traffic import TrafficPolicy
 
 # Serve restarts replicas when a deployment's code version changes and reconfigures them in
 # place when only ``user_config`` does. Imperative deploys get a random code version unless one
@@ -44,30 +46,44 @@ def model_application(
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     nodes: list[dict[str, float]] | None = None,
     python_stubs: bool = False,
+    traffic: TrafficPolicy | None = None,
+    recycle_round: int = 0,
 ) -> Application:
     """The Serve application of one scanned, available model (single model or ensemble) on a
     cluster of ``nodes`` (:func:`cluster.resources.node_resources`; None: ask Ray);
-    ``python_stubs``: a python model's instances run in stub processes of their own."""
+    ``python_stubs``: a python model's instances run in stub processes of their own;
+    ``traffic``: the repository API's traffic policy (None: the config's); ``recycle_round``:
+    how many times its replicas were recycled (each round is a new code version, which Serve
+    rolls out replica by replica: :mod:`cluster.recycling`)."""
     try:
         placement = placement_for(model.config, node_resources() if nodes is None else nodes)
     except ValueError as err:
         raise InferenceServerError(f"model '{model.name}': {err}") from None
+    surge = SURGE_PERCENT if placement.recycling is None else ONE_AT_A_TIME_SURGE_PERCENT
+
+    def versioned(deployment: Any) -> Any:
+        return _versioned(deployment, recycle_round)
+
     if model.is_ensemble:
         spec = _spec(model, generation)
-        return _versioned(
+        return versioned(
             TritonEnsemble.options(
-                name=model.name, user_config=spec.to_user_config(), **_options(placement.only)
+                name=model.name,
+                user_config=spec.to_user_config(),
+                **_options(placement.only, surge),
             )
         ).bind(model.name, max_input_size)
     assert model.config is not None
     # A sequence model's replicas share a directory of their sequences and route by it.
     sequences = sequence_deployment_options() if routes_sequences(model.config) else {}
     groups = {
-        group.name: _versioned(
+        group.name: versioned(
             TritonModel.options(
                 name=group.name,
-                user_config=_model_spec(model, group, generation, python_stubs).to_user_config(),
-                **_options(group),
+                user_config=_model_spec(
+                    model, group, generation, python_stubs, traffic
+                ).to_user_config(),
+                **_options(group, surge),
                 **sequences,
             )
         ).bind(model.name, max_input_size)
@@ -86,19 +102,24 @@ def model_application(
         name=model.name, user_config=router_spec.to_user_config(), **placement.router_options()
     )
     # The groups are bound as arguments so Serve deploys them in this application.
-    return _versioned(router).bind(model.name, max_input_size, *groups.values())
+    return versioned(router).bind(model.name, max_input_size, *groups.values())
 
 
-def _options(group: ReplicaGroup) -> dict[str, Any]:
-    return group.deployment_options() | {"max_surge_percent": SURGE_PERCENT}
+def _options(group: ReplicaGroup, surge_percent: int = SURGE_PERCENT) -> dict[str, Any]:
+    return group.deployment_options() | {"max_surge_percent": surge_percent}
 
 
-def _versioned(deployment: Any) -> Any:
-    return set_code_version(deployment, MODEL_CODE_VERSION)
+def _versioned(deployment: Any, recycle_round: int = 0) -> Any:
+    suffix = f"-recycled-{recycle_round}" if recycle_round else ""
+    return set_code_version(deployment, MODEL_CODE_VERSION + suffix)
 
 
 def _model_spec(
-    model: RepositoryModel, group: ReplicaGroup, generation: str, python_stubs: bool
+    model: RepositoryModel,
+    group: ReplicaGroup,
+    generation: str,
+    python_stubs: bool,
+    traffic: TrafficPolicy | None = None,
 ) -> ModelSpec:
     return ModelSpec.from_repository_model(
         model,
@@ -108,25 +129,33 @@ def _model_spec(
         pinned_gpu=group.pinned_gpu,
         gpu_memory_fraction=group.gpu_memory_fraction,
         python_stubs=python_stubs,
+        traffic=traffic,
     )
 
 
 def _spec(
-    model: RepositoryModel, generation: str, python_stubs: bool = False
+    model: RepositoryModel,
+    generation: str,
+    python_stubs: bool = False,
+    traffic: TrafficPolicy | None = None,
 ) -> ModelSpec | EnsembleSpec:
     if model.is_ensemble:
         return EnsembleSpec(
             model.name, model.config.SerializeToString(), model.versions, model.labels, generation
         )
     # Hosted models run on CPU in the host's process: their first group names the instances.
-    return _model_spec(model, placement_for(model.config).groups[0], generation, python_stubs)
+    group = placement_for(model.config).groups[0]
+    return _model_spec(model, group, generation, python_stubs, traffic)
 
 
 def hosted_model_entry(
-    model: RepositoryModel, generation: str, python_stubs: bool = False
+    model: RepositoryModel,
+    generation: str,
+    python_stubs: bool = False,
+    traffic: TrafficPolicy | None = None,
 ) -> dict[str, Any]:
     """One model of the shared host's ``user_config``."""
-    return hosted_entry(_spec(model, generation, python_stubs))
+    return hosted_entry(_spec(model, generation, python_stubs, traffic))
 
 
 def host_application(

@@ -58,6 +58,7 @@ from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.repository import RepositoryModel
 from repo_adapter.request_validation import model_not_found
 from repo_adapter.response_stream import StreamedResponse
+from repo_adapter.version_traffic import TrafficPolicy, policy_from_spec
 
 
 class ServedModelDeployment(HttpIngress, ControlledReplica):
@@ -90,7 +91,14 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.control.adopt_controller_settings()  # once: the first call starts the replica
         build = self.build(user_config)
+        traffic = self.traffic(user_config)
+        if traffic is not None:  # in place: a changed policy alone loads nothing
+            self.slot.steer(traffic)
         await self.slot.load(spec_generation(user_config), build)
+
+    def traffic(self, user_config: dict[str, Any]) -> TrafficPolicy | None:
+        """The traffic policy ``user_config`` sets (None: the model has none)."""
+        return None
 
     def _slot(self, model: str) -> ModelSlot:
         if model != self.slot.name:  # a caller's routing bug, answered as Triton would
@@ -217,7 +225,9 @@ def spec_generation(user_config: dict[str, Any]) -> str:
     generation = user_config.get("generation")
     if generation:
         return str(generation)
-    text = json.dumps(user_config, sort_keys=True)
+    # A changed traffic policy is applied in place, never as a new generation.
+    content = {key: value for key, value in user_config.items() if key != "traffic"}
+    text = json.dumps(content, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -246,6 +256,8 @@ class ModelSpec:
     # A backend rayton does not have, as scanned: a C/C++ library or a python-based model.py
     backend_file: str = ""
     backend_config: dict[str, str] = field(default_factory=dict)  # that library's settings
+    # The traffic policy the repository API set (TrafficPolicy.to_json); None: the config's
+    traffic: dict[str, Any] | None = None
 
     @classmethod
     def from_repository_model(
@@ -257,6 +269,7 @@ class ModelSpec:
         pinned_gpu: int | None = None,
         gpu_memory_fraction: float = 0.0,
         python_stubs: bool = False,
+        traffic: TrafficPolicy | None = None,
     ) -> ModelSpec:
         assert model.config is not None
         return cls(
@@ -273,6 +286,7 @@ class ModelSpec:
             python_stubs=python_stubs,
             backend_file=str(model.backend_file or ""),
             backend_config=dict(model.backend_config),
+            traffic=traffic.to_json() if traffic is not None else None,
         )
 
     def to_user_config(self) -> dict[str, Any]:
@@ -286,6 +300,10 @@ class ModelSpec:
         config = mc.ModelConfig()
         config.ParseFromString(self.config_bytes)
         return config
+
+    def traffic_policy(self) -> TrafficPolicy:
+        """The traffic policy the replica follows: the repository API's, else the config's."""
+        return policy_from_spec(self.traffic, self.config())
 
     def backend_file_path(self) -> Path | None:
         """The backend file the scan found (None: a backend of rayton's)."""
@@ -345,3 +363,6 @@ class TritonModel(ServedModelDeployment):
             )
 
         return load
+
+    def traffic(self, user_config: dict[str, Any]) -> TrafficPolicy | None:
+        return ModelSpec.from_user_config(user_config).traffic_policy()

@@ -39,11 +39,14 @@ from deployments.apps.model_apps import (
     same_states,
     settled,
 )
+from deployments.core.model_slot import SlotStatus
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from repo_adapter.repository import RepositoryModel
+from repo_adapter.version_traffic import TrafficPolicy
 
 logger = logging.getLogger(__name__)
 
+_STEER_POLL_S = 0.2
 ReplicaTarget = tuple[str, str]  # (deployment, application) whose replicas hold a model
 
 
@@ -55,6 +58,8 @@ class Placed:
     generation: str
     placement: ModelPlacement
     nodes: list[dict[str, float]] = field(default_factory=list)
+    traffic: TrafficPolicy | None = None  # the repository API's policy (None: the config's)
+    recycle_round: int = 0  # how many times its replicas were recycled (cluster/recycling.py)
 
 
 class ModelHome(ABC):
@@ -79,9 +84,29 @@ class ModelHome(ABC):
         is in now serves it another way)."""
         self._held.pop(name, None)
 
+    def placement_of(self, name: str) -> ModelPlacement | None:
+        """Where ``name``'s replicas went when it was deployed here (None: not held)."""
+        return self._held.get(name)
+
     @abstractmethod
     def application(self, name: str) -> str:
         """The Serve application that serves ``name`` here."""
+
+    @abstractmethod
+    async def replica_statuses(self, name: str) -> list[SlotStatus | None]:
+        """Where each replica holding ``name`` stands with it (None: one not answering)."""
+
+    async def wait_steered(self, name: str, traffic: dict[str, Any], timeout_s: float) -> bool:
+        """Wait until every replica holding ``name`` follows ``traffic`` (a policy's JSON);
+        whether they did in time."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            statuses = await self.replica_statuses(name)
+            if statuses and all(s is not None and s.traffic == traffic for s in statuses):
+                return True
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(_STEER_POLL_S)
 
     @abstractmethod
     async def deploy(self, placed: list[Placed]) -> None:
@@ -117,6 +142,8 @@ class OwnApplication(ModelHome):
                 self.max_input_size,
                 entry.nodes,
                 python_stubs=self.python_stubs,
+                traffic=entry.traffic,
+                recycle_round=entry.recycle_round,
             )
             targets.append(DeployTarget(name, application, f"/v2/models/{name}"))
             self._held[name] = entry.placement
@@ -140,6 +167,9 @@ class OwnApplication(ModelHome):
 
     def application(self, name: str) -> str:
         return name
+
+    async def replica_statuses(self, name: str) -> list[SlotStatus | None]:
+        return list(await self.apps.slot_statuses(name))
 
     async def serves(self, name: str) -> bool:
         """Whether Serve runs an application for ``name`` (deployed by anyone)."""
@@ -196,6 +226,12 @@ class RoutedGroups(OwnApplication):
     def replica_targets(self, name: str) -> list[ReplicaTarget]:
         return [(name, name), *((group, name) for group in self._groups(name))]
 
+    async def replica_statuses(self, name: str) -> list[SlotStatus | None]:
+        per_group = await asyncio.gather(
+            *(self.apps.slot_statuses(name, group) for group in self._groups(name))
+        )
+        return [status for replicas in per_group for status in replicas]
+
 
 class SharedHost(ModelHome):
     """CPU models served together by the shared host application (its ``user_config`` holds
@@ -220,7 +256,7 @@ class SharedHost(ModelHome):
     async def deploy(self, placed: list[Placed]) -> None:
         for entry in placed:
             self._entries[entry.model.name] = hosted_model_entry(
-                entry.model, entry.generation, self.python_stubs
+                entry.model, entry.generation, self.python_stubs, entry.traffic
             )
             self._held[entry.model.name] = entry.placement
         await self._deploy()
@@ -249,6 +285,9 @@ class SharedHost(ModelHome):
 
     def application(self, name: str) -> str:
         return HOST_APP_NAME
+
+    async def replica_statuses(self, name: str) -> list[SlotStatus | None]:
+        return list(await self.apps.hosted_statuses(name))
 
 
 class ModelHomes:

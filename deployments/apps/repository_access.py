@@ -19,6 +19,7 @@ from deployments.observability.trace_settings import TraceSettingsDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import JsonObject
 from repo_adapter.live_repository import IndexEntry
+from repo_adapter.version_traffic import TrafficPolicy
 
 # The controller's deployment and application (it lives in the server application).
 CONTROLLER_APP_NAME = "rayton-server"
@@ -71,6 +72,12 @@ class ControllerRepository(_ControllerHandle):
 
     async def unload(self, model: str, unload_dependents: bool) -> None:
         await self.handle.unload.remote(model, unload_dependents)
+
+    async def version_traffic(self, model: str) -> TrafficPolicy:
+        return await self._read(lambda handle: handle.version_traffic.remote(model))
+
+    async def set_version_traffic(self, model: str, policy: TrafficPolicy) -> TrafficPolicy:
+        return await self.handle.set_version_traffic.remote(model, policy)
 
 
 class ControllerSettings(_ControllerHandle):

@@ -45,6 +45,7 @@ from deployments.apps.model_apps import LoadOutcome, ServeModelApps
 from deployments.apps.model_homes import ModelHome, ModelHomes, Placed, ReplicaTarget
 from deployments.apps.node_response_cache import NodeCaches
 from deployments.apps.replica_api import ReplicaControlApi
+from deployments.apps.replica_recycling import RecycleCandidate, ReplicaRecycler
 from deployments.apps.repository_access import CONTROLLER_APP_NAME
 from deployments.apps.server_args import ServerAppArgs
 from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME
@@ -65,10 +66,12 @@ from repo_adapter.live_repository import IndexEntry, LiveRepository, load_failed
 from repo_adapter.model_state import VersionStates
 from repo_adapter.repository import RepositoryModel
 from repo_adapter.request_trace import TraceRecord
+from repo_adapter.version_traffic import TrafficPolicy
 
 logger = logging.getLogger(__name__)
 
 _UNLOAD_TIMEOUT_S = 120.0
+_STEER_TIMEOUT_S = 30.0
 
 NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
 CONFIG_OWNED = (
@@ -80,6 +83,7 @@ CONFIG_OWNED = (
 
 # How often the controller reads Serve's view of the models' replica health
 REPLICA_WATCH_INTERVAL_S = 2.0
+RECYCLE_CHECK_INTERVAL_S = 1.0
 
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
@@ -115,8 +119,14 @@ class RepositoryController:
         self._regions = RegionTable(ray.get_runtime_context().get_node_id())
         self._started = False
         self._unplaceable: set[str] = set()
+        self._traffic: dict[str, TrafficPolicy] = {}  # set through the repository API
+        self._recycler = ReplicaRecycler(self._apps.app_status)
         loop = asyncio.get_event_loop()
-        self._tasks = [loop.create_task(self._run()), loop.create_task(self._watch_replicas())]
+        self._tasks = [
+            loop.create_task(self._run()),
+            loop.create_task(self._watch_replicas()),
+            loop.create_task(self._recycle_replicas()),
+        ]
 
     # ------------------------------------------------------------------ start-up and poll
 
@@ -173,6 +183,56 @@ class RepositoryController:
                     f"a replica stopped unexpectedly at {at} and Serve replaces it "
                     f"(Serve: {serve_says})",
                 )
+
+    async def _recycle_replicas(self) -> None:
+        """Replace the replicas of models whose config asks for it when they are due
+        (cluster/recycling.py)."""
+        while True:
+            await asyncio.sleep(RECYCLE_CHECK_INTERVAL_S)
+            try:
+                await self.recycle_due_replicas()
+            except Exception:
+                logger.exception("recycling replicas failed")
+
+    async def recycle_due_replicas(self) -> list[str]:
+        """Start replacing the replicas of every model that is due; their names."""
+        candidates = []
+        for name in self.repository.served_names():
+            home = self.homes.home_of(name)
+            placement = home.placement_of(name) if home is not None else None
+            if home is None or home is self.homes.watched or placement is None:
+                continue  # a Serve config's models are its to roll out
+            if placement.recycling is not None:
+                targets = home.replica_targets(name)
+                candidates.append(
+                    RecycleCandidate(name, placement.recycling, targets, home.application(name))
+                )
+        due = await self._recycler.due(candidates)
+        for name in due:
+            async with self._changes:
+                await self._recycle(name)
+        return due
+
+    async def _recycle(self, name: str) -> None:
+        """Deploy ``name`` as it serves with the next round's code version: Serve replaces
+        its replicas one at a time, each new one running before an old one stops."""
+        record = self.repository.records.get(name)
+        home = self.homes.home_of(name)
+        if record is None or record.served is None or home is None:
+            return  # unloaded meanwhile
+        placement = home.placement_of(name)
+        if placement is None:
+            return
+        nodes = await asyncio.to_thread(node_resources)
+        placed = Placed(
+            record.served,
+            record.generation,
+            placement,
+            nodes,
+            self._traffic.get(name),
+            self._recycler.advance(name),
+        )
+        await home.deploy([placed])
 
     async def poll(self) -> dict[str, str]:
         """Apply what changed on disk since the last poll: loads, reloads, unloads."""
@@ -241,7 +301,14 @@ class RepositoryController:
             placement = self._placement(model, nodes)
             if placement is None:
                 continue
-            placed = Placed(model, generation, placement, nodes)
+            placed = Placed(
+                model,
+                generation,
+                placement,
+                nodes,
+                self._traffic.get(model.name),
+                self._recycler.round(model.name),  # a reload keeps the replicas' code version
+            )
             home = self.homes.home_for(placement)
             by_home.setdefault(home, []).append(placed)
             waits.append((placed, home))
@@ -329,6 +396,8 @@ class RepositoryController:
         if record is None or record.served is None:
             return
         self.repository.begin_unload(name)
+        self._traffic.pop(name, None)  # a model loaded again follows its config
+        self._recycler.forget(name)
         await self._remove(name, self.homes.home_of(name) or self.homes.own)
         self.repository.unload_finished(name, with_member)
 
@@ -378,6 +447,56 @@ class RepositoryController:
                 *(self._unload_one(n, with_member=True) for n in dependents),
                 *(self._unload_one(n) for n in dict.fromkeys(names) if n not in dependents),
             )
+
+    def version_traffic(self, name: str) -> TrafficPolicy:
+        """The traffic policy loaded model ``name`` follows (the repository API's, else its
+        config's)."""
+        model = self._served(name)
+        return self._traffic.get(name) or TrafficPolicy.from_config(model.config)
+
+    async def set_version_traffic(self, name: str, policy: TrafficPolicy) -> TrafficPolicy:
+        """The repository API's ``traffic`` extension: loaded model ``name`` spreads the
+        requests that name no version as ``policy`` says, from when this returns on (every
+        replica follows it then), until it is unloaded. Nothing reloads: replicas apply it
+        in place, so no request fails on the way.
+
+        Raises:
+            InferenceServerError: UNAVAILABLE where a Serve config deploys the models, or the
+                replicas did not follow it in time; INVALID_ARG for a policy the model cannot
+                follow (a version not ready, a sequence model); NOT_FOUND for a model that is
+                not loaded.
+        """
+        if not self.spec.deploy_models:
+            raise InferenceServerError(CONFIG_OWNED, StatusCode.UNAVAILABLE)
+        async with self._changes:
+            model = self._served(name)
+            record = self.repository.records[name]
+            ready = [int(v) for v, state in record.versions.items() if state.ready]
+            policy.check(model.config, ready)
+            home = self.homes.home_of(name)
+            placement = home.placement_of(name) if home is not None else None
+            if home is None or placement is None:
+                raise InferenceServerError(
+                    f"model '{name}' is not deployed by this server", StatusCode.UNAVAILABLE
+                )
+            self._traffic[name] = policy
+            nodes = await asyncio.to_thread(node_resources)
+            await home.deploy([Placed(model, record.generation, placement, nodes, policy)])
+            if not await home.wait_steered(name, policy.to_json(), _STEER_TIMEOUT_S):
+                raise InferenceServerError(
+                    f"model '{name}': the replicas did not take the traffic policy within "
+                    f"{_STEER_TIMEOUT_S:g} s (they will once they answer)",
+                    StatusCode.UNAVAILABLE,
+                )
+            return policy
+
+    def _served(self, name: str) -> RepositoryModel:
+        record = self.repository.records.get(name)
+        if record is None or record.served is None or record.served.config is None:
+            raise InferenceServerError(
+                f"Request for unknown model: '{name}' is not loaded", StatusCode.NOT_FOUND
+            )
+        return record.served
 
     # ------------------------------------------------------------------ views
 
@@ -480,10 +599,16 @@ class RepositoryController:
 
     async def status(self) -> StatusDocument:
         """``rayton status``: the repository index and where every served model's replicas
-        run (node, GPU ids)."""
+        run (node, GPU ids); the traffic policies the repository API set and how many times
+        models' replicas were recycled."""
         replicas = await broadcast(self.model_deployments(), ReplicaControlApi.replica_info)
         return status_document(
-            self.spec.model_repository, self.spec.model_control_mode, self.index(), replicas
+            self.spec.model_repository,
+            self.spec.model_control_mode,
+            self.index(),
+            replicas,
+            {name: policy.to_json() for name, policy in self._traffic.items()},
+            self._recycler.rounds(),
         )
 
     def __del__(self) -> None:

@@ -18,13 +18,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from deployments.core.sequence_routing import SequenceRouting
 from deployments.core.served_model import (
     ModelMetadata,
     SequenceModel,
     ServedModel,
+    SteerableModel,
     StreamingModel,
 )
 from deployments.observability.statistics import ModelStatistics, VersionMetrics
@@ -33,6 +34,7 @@ from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.model_state import VersionStates
 from repo_adapter.response_stream import StreamedResponse
+from repo_adapter.version_traffic import TrafficPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ class SlotStatus:
     target: str
     error: str
     versions: VersionStates
+    traffic: dict = field(default_factory=dict)  # the serving model's traffic policy (JSON)
 
 
 def load_failure(model: ServedModel) -> str:
@@ -83,6 +86,8 @@ class ModelSlot:
         # Replaced generations still running sequences started on them (Triton's reload
         # lets them finish there; new sequences start on the serving generation)
         self._retiring: list[ServedModel] = []
+        # The traffic policy the repository set last (None: each model follows its config's)
+        self._traffic: TrafficPolicy | None = None
 
     # ------------------------------------------------------------------ replacement
 
@@ -103,7 +108,7 @@ class ModelSlot:
         if self._loading is not None:
             self._loading.cancel()
         if self._model is None:
-            self._model = await asyncio.to_thread(build)
+            self._model = self._steered(await asyncio.to_thread(build))
             self._generation = generation
             return
         self._loading = asyncio.create_task(self._replace(generation, build))
@@ -124,7 +129,7 @@ class ModelSlot:
             self._error = failure
             await _close(fresh)
             return
-        previous, self._model, self._generation = self._model, fresh, generation
+        previous, self._model, self._generation = self._model, self._steered(fresh), generation
         self._loading = None
         if previous is not None:
             await self._retire(previous)
@@ -160,9 +165,23 @@ class ModelSlot:
             await _close(self._model)
             self._model = None
 
+    def steer(self, policy: TrafficPolicy) -> None:
+        """Spread the requests that name no version as ``policy`` says, on the serving model
+        now and on every generation that replaces it."""
+        self._traffic = policy
+        if self._model is not None:
+            self._steered(self._model)
+
+    def _steered(self, model: ServedModel) -> ServedModel:
+        if self._traffic is not None and isinstance(model, SteerableModel):
+            model.steer(self._traffic)
+        return model
+
     def status(self) -> SlotStatus:
-        versions = self._model.state() if self._model is not None else {}
-        return SlotStatus(self._generation, self._target, self._error, versions)
+        model = self._model
+        versions = model.state() if model is not None else {}
+        traffic = model.traffic.to_json() if isinstance(model, SteerableModel) else {}
+        return SlotStatus(self._generation, self._target, self._error, versions, traffic)
 
     # ------------------------------------------------------------------ ServedModel
 

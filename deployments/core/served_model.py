@@ -20,6 +20,7 @@ from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from repo_adapter.model_state import VersionStates
 from repo_adapter.response_stream import StreamedResponse
+from repo_adapter.version_traffic import TrafficPolicy
 
 
 class TensorMetadata(TypedDict):
@@ -84,6 +85,21 @@ class StreamingModel(Protocol):
 
     def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamedResponse]:
         """Validate, run, and yield the responses until the final one."""
+        ...
+
+
+@runtime_checkable
+class SteerableModel(Protocol):
+    """A served model whose requests that name no version follow a traffic policy
+    (:mod:`repo_adapter.version_traffic`)."""
+
+    def steer(self, policy: TrafficPolicy) -> None:
+        """Follow ``policy`` from now on."""
+        ...
+
+    @property
+    def traffic(self) -> TrafficPolicy:
+        """The policy followed now."""
         ...
 
 

@@ -29,6 +29,7 @@ from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import JsonObject
 from repo_adapter.live_repository import UNLOADED_REASON, IndexEntry
 from repo_adapter.request_validation import model_not_found
+from repo_adapter.version_traffic import TrafficPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,10 @@ class Repository(Protocol):
     async def load(self, model: str, config: str | None, files: dict[str, bytes]) -> None: ...
 
     async def unload(self, model: str, unload_dependents: bool) -> None: ...
+
+    async def version_traffic(self, model: str) -> TrafficPolicy: ...
+
+    async def set_version_traffic(self, model: str, policy: TrafficPolicy) -> TrafficPolicy: ...
 
     async def status(self) -> StatusDocument: ...
 
@@ -292,6 +297,15 @@ class ServerCore:
             await self.repository.unload(model, unload_dependents)
         finally:
             await self.view(fresh=True)
+
+    async def version_traffic(self, model: str) -> TrafficPolicy:
+        """rayton's ``traffic`` extension: how a loaded model spreads the requests that name
+        no version (repo_adapter/version_traffic.py)."""
+        return await self.repository.version_traffic(model)
+
+    async def set_version_traffic(self, model: str, policy: TrafficPolicy) -> TrafficPolicy:
+        """Change that policy live; it holds once this returns."""
+        return await self.repository.set_version_traffic(model, policy)
 
     async def undeployed_model_error(
         self, model: str, version: str = "", action: str = ""

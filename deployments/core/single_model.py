@@ -23,7 +23,12 @@ from deployments.core.batching import AdmissionFactory, BatchPolicy, DynamicBatc
 from deployments.core.batching.sequences import SequenceBatcher
 from deployments.core.response_cache import ModelResponseCache
 from deployments.core.served_model import ModelMetadata, model_metadata, select_outputs
-from deployments.observability.statistics import ModelStatistics, VersionMetrics, VersionStatistics
+from deployments.observability.statistics import (
+    ModelStatistics,
+    ShadowRecord,
+    VersionMetrics,
+    VersionStatistics,
+)
 from deployments.observability.tracing import TRACER, child_trace
 from repo_adapter.backends import Backend, InstanceSpec, ModelVersion, model_backend_class
 from repo_adapter.config import ConfigDocument, config_to_json_dict
@@ -33,9 +38,14 @@ from repo_adapter.inference_types import InferRequest, InferResponse, InferTenso
 from repo_adapter.model_state import ModelState, VersionState, VersionStates
 from repo_adapter.request_validation import RequestValidator, model_not_found, reshaped
 from repo_adapter.response_stream import ResponseStream, StreamedResponse
+from repo_adapter.version_traffic import TrafficPolicy, VersionSplitter
 from repo_adapter.warmup import run_warmup
 
 logger = logging.getLogger(__name__)
+
+# Shadow copies running at once per model: beyond it a copy is dropped (counted), so a slow
+# shadow version never holds memory or the loop for the requests clients wait for.
+SHADOW_IN_FLIGHT_LIMIT = 64
 
 
 @dataclass
@@ -70,6 +80,7 @@ class SingleModel:
         backend_file: Path | None = None,
         backend_config: Mapping[str, str] | None = None,
         cache: ModelResponseCache | None = None,
+        traffic: TrafficPolicy | None = None,
     ) -> None:
         """Load ``versions`` of the model in ``model_dir`` as ``instance`` (or instances: each
         loads every version and runs batches in parallel with the others).
@@ -79,7 +90,8 @@ class SingleModel:
         python-based backend the repository scan found for the config's backend (None: one of
         rayton's), ``backend_config`` that library's settings (``--backend-config``).
         ``cache``: where this model's responses are cached (its config enables the response
-        cache and the server has one).
+        cache and the server has one). ``traffic``: how requests that name no version are
+        spread over the versions (None: as the config's parameters say).
         """
         self.config = config
         self.name = config.name
@@ -103,6 +115,10 @@ class SingleModel:
                 self.name, version, config, model_dir, backend_file, dict(backend_config or {})
             )
             self._load_version(model, instances)
+        self._splitter: VersionSplitter | None = None
+        self._shadow_records: dict[int, ShadowRecord] = {}
+        self._shadows: set[asyncio.Future] = set()
+        self.steer(traffic if traffic is not None else TrafficPolicy.from_config(config))
 
     def _load_version(self, model: ModelVersion, instances: list[InstanceSpec]) -> None:
         backends: list[Backend] = []
@@ -138,6 +154,63 @@ class SingleModel:
         if model.config.HasField("sequence_batching"):
             runner.sequences = SequenceBatcher(self.name, model.config, batcher.submit, states)
         self.runners[model.version] = runner
+
+    # ------------------------------------------------------------------ version traffic
+
+    def steer(self, policy: TrafficPolicy) -> None:
+        """Spread the requests that name no version as ``policy`` says, from now on."""
+        self._splitter = None if policy.is_default else VersionSplitter(policy, self.runners)
+        if policy.shadow is not None and policy.shadow.version in self.runners:
+            self._shadow_records.setdefault(policy.shadow.version, ShadowRecord())
+
+    @property
+    def traffic(self) -> TrafficPolicy:
+        return self._splitter.policy if self._splitter is not None else TrafficPolicy()
+
+    def _serving_runner(self, request: InferRequest) -> VersionRunner:
+        """The version that serves ``request``: the one it names, else the policy's pick."""
+        if not request.model_version and self._splitter is not None:
+            picked = self._splitter.pick()
+            if picked is not None:
+                return self.runners[picked]
+        return self._runner(request.model_version)
+
+    def _shadow(self, request: InferRequest, rows: int) -> None:
+        """Send a copy of ``request`` (which names no version) to the shadow version when its
+        share says so; the copy's answer is discarded, its outcome recorded apart."""
+        if self._splitter is None or request.model_version:
+            return
+        version = self._splitter.shadow()
+        if version is None:
+            return
+        record = self._shadow_records[version]
+        if len(self._shadows) >= SHADOW_IN_FLIGHT_LIMIT:
+            record.dropped += 1
+            return
+        copy = InferRequest(
+            request.model_name,
+            request.inputs,
+            str(version),
+            request.id,
+            dict(request.parameters),
+            list(request.outputs),
+        )
+        task = asyncio.ensure_future(self._run_shadow(copy, self.runners[version], rows, record))
+        self._shadows.add(task)
+        task.add_done_callback(self._shadows.discard)
+
+    @staticmethod
+    async def _run_shadow(
+        copy: InferRequest, runner: VersionRunner, rows: int, record: ShadowRecord
+    ) -> None:
+        start_ns = time.monotonic_ns()
+        try:
+            await runner.submit(copy, rows)
+            record.success += 1
+        except Exception:  # the shadow's failure is recorded, never the client's
+            record.failure += 1
+        finally:
+            record.ns += time.monotonic_ns() - start_ns
 
     # ------------------------------------------------------------------ lookups
 
@@ -218,7 +291,8 @@ class SingleModel:
                 "load_duration_s": runner.load_duration_s,
                 "response_cache": self._cache is not None,
             }
-            for _, runner in sorted(self.runners.items())
+            | (self._shadow_records[version].metrics() if version in self._shadow_records else {})
+            for version, runner in sorted(self.runners.items())
         ]
 
     def holds_sequence(self, request: InferRequest) -> bool:
@@ -323,10 +397,12 @@ class SingleModel:
     def _admit(self, request: InferRequest) -> tuple[VersionRunner, int]:
         """The version that serves ``request`` and its batch rows, once it is validated (its
         input reshapes applied)."""
-        runner = self._runner(request.model_version)
+        runner = self._serving_runner(request)
         if request.trace is not None:
             request.trace.model_version = runner.version
-        return runner, self._validator.normalize(request)
+        rows = self._validator.normalize(request)
+        self._shadow(request, rows)
+        return runner, rows
 
     def _finish(
         self, request: InferRequest, runner: VersionRunner, response: InferResponse
@@ -373,6 +449,8 @@ class SingleModel:
         return response
 
     async def close(self) -> None:
+        for shadow in list(self._shadows):
+            shadow.cancel()
         for runner in self.runners.values():
             await runner.batcher.close()
             for backend in runner.backends:

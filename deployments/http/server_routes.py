@@ -27,6 +27,7 @@ from deployments.http.responses import (
 from deployments.http.wire import json_loads
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import JsonObject
+from repo_adapter.version_traffic import TrafficPolicy
 
 SYSTEM_SHARED_MEMORY = "/v2/systemsharedmemory/"
 _SHARED_MEMORY_ROUTE = re.compile(
@@ -79,6 +80,9 @@ class ServerHttpEndpoints:
         return json_response(NOT_FOUND, 404)
 
     async def _repository(self, path: str, method: str, request: HttpRequest) -> HttpReply:
+        parts = path.split("/")
+        if len(parts) == 6 and parts[3] == "models" and parts[5] == "traffic":
+            return await self._traffic(parts[4], method, request)
         if method != "POST":
             return json_response(METHOD_NOT_ALLOWED, 405)
         if path == "/v2/repository/index" or (path.endswith("/index") and path.count("/") == 4):
@@ -90,7 +94,6 @@ class ServerHttpEndpoints:
                 except (ValueError, AttributeError):
                     raise InferenceServerError("failed to parse the request JSON buffer") from None
             return json_response(await self.core.repository_index(ready_only))
-        parts = path.split("/")
         if len(parts) == 6 and parts[3] == "models" and parts[5] in ("load", "unload"):
             parameters = _parameters(request.body)
             if parts[5] == "load":
@@ -100,6 +103,20 @@ class ServerHttpEndpoints:
                 await self.core.unload(parts[4], unload_dependents(parameters))
             return empty_response(200)
         return json_response(NOT_FOUND, 404)
+
+    async def _traffic(self, model: str, method: str, request: HttpRequest) -> HttpReply:
+        """rayton's ``traffic`` extension of the repository API:
+        ``GET|POST /v2/repository/models/<model>/traffic`` (repo_adapter/version_traffic.py)."""
+        if method == "GET":
+            return json_response((await self.core.version_traffic(model)).to_json())
+        if method != "POST":
+            return json_response(METHOD_NOT_ALLOWED, 405)
+        try:
+            document = json_loads(request.body or b"{}")
+        except ValueError:
+            raise InferenceServerError("failed to parse the request JSON buffer") from None
+        policy = await self.core.set_version_traffic(model, TrafficPolicy.from_json(document))
+        return json_response(policy.to_json())
 
     async def _system_shared_memory(
         self, path: str, method: str, request: HttpRequest

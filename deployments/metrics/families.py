@@ -34,6 +34,10 @@ SUMMED_FIELDS = (
     "cache_miss_count",
     "cache_miss_ns",
     "pending",
+    "shadow_success",
+    "shadow_failure",
+    "shadow_ns",
+    "shadow_dropped",
 )
 
 _CACHED = "(includes cached requests)"
@@ -99,6 +103,34 @@ _CACHE_COUNTERS = (
         "cache_miss_ns",
         "Total cache miss (insert+lookup) duration per model, in microseconds",
         True,
+    ),
+)
+# (family, entry field, help, whether it is a duration): a shadow version's copies of requests
+# (repo_adapter/version_traffic.py), rayton's own families.
+_SHADOW_COUNTERS = (
+    (
+        "rayton_shadow_request_success",
+        "shadow_success",
+        "Number of shadow copies of requests the version answered",
+        False,
+    ),
+    (
+        "rayton_shadow_request_failure",
+        "shadow_failure",
+        "Number of shadow copies of requests that failed in the version",
+        False,
+    ),
+    (
+        "rayton_shadow_request_duration_us",
+        "shadow_ns",
+        "Cumulative duration of the version's shadow copies in microseconds",
+        True,
+    ),
+    (
+        "rayton_shadow_request_dropped",
+        "shadow_dropped",
+        "Number of shadow copies not sent as too many were running",
+        False,
     ),
 )
 FAILURE_HELP = "Number of failed inference requests, all batch sizes"
@@ -182,6 +214,7 @@ def merge_versions(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             total["latency_windows"].setdefault(kind, []).append(window)
         for name in SUMMED_FIELDS:
             total[name] = total.get(name, 0) + entry.get(name, 0)
+        total["shadow"] = bool(total.get("shadow") or entry.get("shadow"))
         for reason in FAILURE_REASONS:
             total["failures"][reason] += entry.get("failures", {}).get(reason, 0)
         total["load_duration_s"] = max(
@@ -240,6 +273,14 @@ def model_families(
         pending.add(labels_of(entry), int(entry.get("pending", 0)))
         load.add(labels_of(entry), float(entry.get("load_duration_s", 0.0)))
     families += [pending, load]
+    shadows = [entry for entry in versions if entry.get("shadow")]
+    if shadows:
+        for name, field_name, help_text, in_us in _SHADOW_COUNTERS:
+            family = Family(name, "counter", help_text)
+            for entry in shadows:
+                value = int(entry.get(field_name, 0))
+                family.add(labels_of(entry), value // 1000 if in_us else value)
+            families.append(family)
     return families
 
 

@@ -104,6 +104,32 @@ class VersionMetrics(TypedDict):
     load_duration_s: NotRequired[float]
     gpu_uuid: NotRequired[str]
     response_cache: NotRequired[bool]  # the version's responses are cached
+    # A version that received shadow copies (repo_adapter/version_traffic.py): their outcomes.
+    shadow: NotRequired[bool]
+    shadow_success: NotRequired[int]
+    shadow_failure: NotRequired[int]
+    shadow_ns: NotRequired[int]
+    shadow_dropped: NotRequired[int]
+
+
+@dataclass
+class ShadowRecord:
+    """A shadow version's copies of requests: their outcomes and time, apart from its own
+    requests' statistics; ``dropped`` copies were not sent as too many were running."""
+
+    success: int = 0
+    failure: int = 0
+    ns: int = 0
+    dropped: int = 0
+
+    def metrics(self) -> dict[str, int | bool]:
+        return {
+            "shadow": True,
+            "shadow_success": self.success,
+            "shadow_failure": self.failure,
+            "shadow_ns": self.ns,
+            "shadow_dropped": self.dropped,
+        }
 
 
 @dataclass

@@ -6,9 +6,12 @@ Ray-free: the repository controller fills it from the repository index and each 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TypedDict
+
+from typing_extensions import NotRequired
 
 from repo_adapter.live_repository import IndexEntry
 
@@ -37,6 +40,10 @@ class VersionStatus(TypedDict):
 class ModelStatus(TypedDict):
     versions: list[VersionStatus]
     replicas: list[dict[str, object]]  # a ReplicaInfo's fields but ``models``
+    # Beyond Triton, where set: the version traffic policy the repository API set (its
+    # JSON), and how many times the model's replicas were recycled.
+    traffic: NotRequired[dict[str, object]]
+    recycled: NotRequired[int]
 
 
 class StatusDocument(TypedDict):
@@ -52,8 +59,11 @@ def status_document(
     control_mode: str,
     index: Iterable[IndexEntry],
     replicas: Iterable[ReplicaInfo],
+    traffic: dict[str, dict[str, object]] | None = None,
+    recycled: dict[str, int] | None = None,
 ) -> StatusDocument:
-    """One entry per model of the index: its versions (state, reason) and its replicas."""
+    """One entry per model of the index: its versions (state, reason) and its replicas;
+    ``traffic`` and ``recycled`` by model where the server keeps them."""
     models: dict[str, ModelStatus] = {}
     for entry in index:
         model = models.setdefault(entry["name"], ModelStatus(versions=[], replicas=[]))
@@ -70,6 +80,12 @@ def status_document(
         for name in info.models:
             if name in models:
                 models[name]["replicas"].append(where)
+    for name, policy in (traffic or {}).items():
+        if name in models:
+            models[name]["traffic"] = policy
+    for name, rounds in (recycled or {}).items():
+        if name in models:
+            models[name]["recycled"] = rounds
     return StatusDocument(repository=repository, model_control_mode=control_mode, models=models)
 
 
@@ -90,6 +106,10 @@ def format_status(document: StatusDocument) -> str:
             if version.get("reason"):
                 line += f"  {version['reason']}"
             lines.append(line.rstrip())
+        if "traffic" in model:
+            lines.append(f"    traffic {json.dumps(model['traffic'])}")
+        if "recycled" in model:
+            lines.append(f"    replicas recycled {model['recycled']} times")
         for replica in model["replicas"]:
             gpus = ",".join(replica.get("gpu_ids", [])) or "-"
             lines.append(

@@ -23,6 +23,7 @@ from repo_adapter.config import ConfigDocument
 from repo_adapter.inference_types import JsonObject
 from repo_adapter.live_repository import IndexEntry, LiveRepository, load_failed_error
 from repo_adapter.request_validation import model_not_found
+from repo_adapter.version_traffic import TrafficPolicy
 
 
 class InProcessRepository:
@@ -97,6 +98,15 @@ class InProcessRepository:
                 self.repository.begin_unload(name)
                 await loaded.close()
                 self.repository.unload_finished(name, with_member=name in dependents)
+
+    async def version_traffic(self, model: str) -> TrafficPolicy:
+        return self._loaded(model).traffic
+
+    async def set_version_traffic(self, model: str, policy: TrafficPolicy) -> TrafficPolicy:
+        loaded = self._loaded(model)
+        policy.check(loaded.config, loaded.ready_versions)
+        loaded.steer(policy)
+        return policy
 
     # ------------------------------------------------------------------ ModelCalls
 

@@ -42,3 +42,16 @@ def test_text_has_a_line_per_version_and_per_replica():
     assert lines[5].split()[:4] == ["broken", "1", "UNAVAILABLE", "0"]
     assert lines[5].endswith("init exploded")
     assert lines[6].split() == ["later", "-", "not", "loaded", "0"]
+
+
+def test_a_models_traffic_policy_and_recycled_rounds_are_shown_where_set():
+    policy = {"weights": {"1": 0.0, "2": 100.0}}
+    document = status_document(
+        "/models", "none", INDEX, [], {"add_sub": policy, "gone": policy}, {"broken": 3}
+    )
+    models = document["models"]
+    assert models["add_sub"]["traffic"] == policy and "recycled" not in models["add_sub"]
+    assert models["broken"]["recycled"] == 3 and "traffic" not in models["broken"]
+    lines = format_status(document).splitlines()
+    assert lines[4] == '    traffic {"weights": {"1": 0.0, "2": 100.0}}'
+    assert lines[6] == "    replicas recycled 3 times"

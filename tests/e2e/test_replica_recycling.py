@@ -1,0 +1,41 @@
+"""Replica recycling on a live server (cluster/recycling.py): replicas replaced on age and on
+request count, one at a time, under a load of 8 tritonclient clients that sees no failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.closed_loop import closed_loop
+from tests.support.versioned_models import write_pid_model
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def server(serve_cluster, tmp_path_factory):
+    root = tmp_path_factory.mktemp("replica_recycling") / "repository"
+    write_pid_model(root, "by_age", {"RECYCLE_AFTER_SECONDS": "8"}, replicas=2)
+    write_pid_model(root, "by_requests", {"RECYCLE_AFTER_REQUESTS": "150"})
+    serve_cluster.deploy_live(root, "none")
+    serve_cluster.wait_for_repository()
+    yield serve_cluster.http_url
+    serve_cluster.delete_all()
+
+
+def test_replicas_recycled_by_age_under_load_fail_no_request(server):
+    outcome = closed_loop(server, "by_age", "PID", seconds=45)
+    pids = outcome.answers
+    assert not outcome.errors
+    # 2 replicas, replaced one by one every ~8 s (plus the time a replacement takes to start).
+    print(f"{sum(pids.values())} requests answered by {len(pids)} replica processes")
+    assert len(pids) >= 4  # both replicas replaced at least once
+
+
+def test_replicas_recycled_by_request_count_fail_no_request(server):
+    outcome = closed_loop(server, "by_requests", "PID", total=3000)
+    pids = outcome.answers
+    assert not outcome.errors and outcome.answered == 3000
+    print(f"answers per replica process: {sorted(pids.values(), reverse=True)}")
+    # A replica serves on past 150 until its successor runs (a few seconds of load here), so
+    # 3,000 requests see at least 3 of them.
+    assert len(pids) >= 3
