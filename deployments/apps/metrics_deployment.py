@@ -33,6 +33,7 @@ from deployments.metrics.collector import MetricsCollector, MetricsSnapshot
 from deployments.metrics.exposition import CONTENT_TYPE
 from deployments.metrics.options import MetricsAppArgs
 from deployments.metrics.ray_export import RayMetricsMirror
+from deployments.metrics.replica_gauges import ModelScaling
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,9 @@ class TritonMetrics(ControlledReplica):
     async def __init__(self, args: MetricsAppArgs | dict[str, Any]) -> None:
         self.args = MetricsAppArgs.model_validate(args)
         self._controller = ControllerRepository()
-        self.collector = MetricsCollector(self._replica_snapshots, self.args, self._cache_usage)
+        self.collector = MetricsCollector(
+            self._replica_snapshots, self.args, self._cache_usage, self._model_scaling
+        )
         self._ray_metrics = RayMetricsMirror()
         sock = socket.socket(socket.AF_INET6 if ":" in self.args.metrics_host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -122,6 +125,11 @@ class TritonMetrics(ControlledReplica):
     async def _cache_usage(self) -> list[CacheUsage] | None:
         return await asyncio.wait_for(
             self._controller.handle.response_cache_usage.remote(), _SNAPSHOT_TIMEOUT_S
+        )
+
+    async def _model_scaling(self) -> list[ModelScaling]:
+        return await asyncio.wait_for(
+            self._controller.handle.model_scaling.remote(), _SNAPSHOT_TIMEOUT_S
         )
 
     def metrics_port(self) -> int:

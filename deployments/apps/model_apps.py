@@ -100,6 +100,17 @@ class ServeModelApps:
                 messages.append(deployment.message)
         return str(getattr(app.status, "value", app.status)), " ".join(messages)
 
+    async def running_replicas(self, targets: list[tuple[str, str]]) -> int:
+        """How many replicas of ``targets`` (deployment, application) run now."""
+        status = await self._serve_status.get()
+        running = 0
+        for deployment_name, app_name in targets:
+            app = status.applications.get(app_name)
+            deployment = app.deployments.get(deployment_name) if app is not None else None
+            if deployment is not None:
+                running += int(deployment.replica_states.get("RUNNING", 0))
+        return running
+
     async def replica_failures(self) -> dict[str, str]:
         """Applications where a replica failed since the last call -> Serve's message: a
         deployment Serve marks UNHEALTHY now (a replica stopped or failed its health check,

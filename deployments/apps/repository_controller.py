@@ -46,6 +46,7 @@ from deployments.apps.model_homes import ModelHome, ModelHomes, Placed, ReplicaT
 from deployments.apps.node_response_cache import NodeCaches
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.replica_recycling import RecycleCandidate, ReplicaRecycler
+from deployments.apps.replica_scaling import ReplicaScaling
 from deployments.apps.repository_access import CONTROLLER_APP_NAME
 from deployments.apps.server_args import ServerAppArgs
 from deployments.apps.server_deployment import SERVER_DEPLOYMENT_NAME
@@ -57,6 +58,7 @@ from deployments.apps.trace_control import (
 from deployments.core.response_cache import CacheUsage
 from deployments.core.server_core import RepositoryView
 from deployments.core.shared_memory import CLIENT_SHM_DISABLED, RegionTable, SystemRegion
+from deployments.metrics.replica_gauges import ModelScaling
 from deployments.observability.log_settings import LogSettingsDocument
 from deployments.observability.status import StatusDocument, status_document
 from deployments.observability.trace_settings import TracePlan, TraceSettingsDocument
@@ -121,6 +123,7 @@ class RepositoryController:
         self._unplaceable: set[str] = set()
         self._traffic: dict[str, TrafficPolicy] = {}  # set through the repository API
         self._recycler = ReplicaRecycler(self._apps.app_status)
+        self._scaling = ReplicaScaling(self._apps.running_replicas)
         loop = asyncio.get_event_loop()
         self._tasks = [
             loop.create_task(self._run()),
@@ -168,13 +171,16 @@ class RepositoryController:
 
     async def note_stopped_replicas(self) -> None:
         """Record a replica stop for each served model whose application had a replica fail
-        since the last look while no change of this server's was under way."""
+        since the last look while no change of this server's was under way; and every served
+        model's replica count (scale-ups and scale-downs)."""
+        served = self.repository.served_names()
+        await self._scaling.look({name: self.homes.replica_targets([name]) for name in served})
         unhealthy = await self._apps.replica_failures()
         newly = set(unhealthy)
         if not newly:
             return
         at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        for name in self.repository.served_names():
+        for name in served:
             apps = {app for _, app in self.homes.replica_targets([name])} & newly
             if apps:
                 serve_says = unhealthy[min(apps)].split(". ")[0].rstrip(".")
@@ -526,6 +532,10 @@ class RepositoryController:
 
     def system_region_status(self, name: str) -> list[SystemRegion]:
         return self._regions.status(name)
+
+    def model_scaling(self) -> list[ModelScaling]:
+        """Each served model's replicas and the scale-ups and scale-downs seen (``/metrics``)."""
+        return self._scaling.records()
 
     async def response_cache_usage(self) -> list[CacheUsage] | None:
         """Every node cache's size and counters (None: the server has no response cache)."""

@@ -20,6 +20,7 @@ from deployments.metrics.custom import custom_families, merge_custom
 from deployments.metrics.exposition import Family, render
 from deployments.metrics.families import LatencyOptions, merge_versions, model_families
 from deployments.metrics.options import MetricsAppArgs
+from deployments.metrics.replica_gauges import ModelScaling, replica_families
 from deployments.metrics.system import (
     CpuSampler,
     GpuSampler,
@@ -43,20 +44,31 @@ class MetricsSnapshot:
 ReplicaSnapshots = Callable[[], Awaitable[list[MetricsSnapshot]]]
 # Every node's response cache (None: the server has no response cache).
 CacheUsages = Callable[[], Awaitable[list[CacheUsage] | None]]
+# Each served model's replicas (rayton_model_replicas*).
+ModelScalings = Callable[[], Awaitable[list[ModelScaling]]]
 
 
 async def _no_cache() -> list[CacheUsage] | None:
     return None
 
 
+async def _no_scaling() -> list[ModelScaling]:
+    return []
+
+
 class MetricsCollector:
     """Builds the families of ``/metrics``; one per metrics endpoint."""
 
     def __init__(
-        self, fetch: ReplicaSnapshots, args: MetricsAppArgs, caches: CacheUsages = _no_cache
+        self,
+        fetch: ReplicaSnapshots,
+        args: MetricsAppArgs,
+        caches: CacheUsages = _no_cache,
+        scaling: ModelScalings = _no_scaling,
     ) -> None:
         self._fetch = fetch
         self._caches = caches
+        self._scaling = scaling
         self._latency = LatencyOptions(
             counter_latencies=args.setting("counter_latencies", True),
             summary_latencies=args.setting("summary_latencies", False),
@@ -86,9 +98,12 @@ class MetricsCollector:
         return versions, custom
 
     async def families(self) -> list[Family]:
-        (versions, custom), caches = await asyncio.gather(self.snapshot(), self._caches())
+        (versions, custom), caches, scaling = await asyncio.gather(
+            self.snapshot(), self._caches(), self._scaling()
+        )
         families = model_families(versions, self._latency) + custom_families(custom)
-        return families + self._system + ([] if caches is None else cache_families(caches))
+        families += self._system + ([] if caches is None else cache_families(caches))
+        return families + (replica_families(scaling) if scaling else [])
 
     async def text(self) -> str:
         """The ``/metrics`` page."""

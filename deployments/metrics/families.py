@@ -257,14 +257,7 @@ def model_families(
             for entry in versions:
                 family.add(labels_of(entry), int(entry.get(field_name, 0)) // 1000)
             families.append(family)
-    cached = [entry for entry in versions if entry.get("response_cache")]
-    if cached:
-        for name, field_name, help_text, in_us in _CACHE_COUNTERS:
-            family = Family(name, "counter", help_text)
-            for entry in cached:
-                value = int(entry.get(field_name, 0))
-                family.add(labels_of(entry), value // 1000 if in_us else value)
-            families.append(family)
+    families += _counters_of(versions, "response_cache", _CACHE_COUNTERS)
     if options.summary_latencies:
         families += _summary_families(versions, options.quantiles)
     pending = Family("nv_inference_pending_request_count", "gauge", PENDING_HELP)
@@ -273,14 +266,23 @@ def model_families(
         pending.add(labels_of(entry), int(entry.get("pending", 0)))
         load.add(labels_of(entry), float(entry.get("load_duration_s", 0.0)))
     families += [pending, load]
-    shadows = [entry for entry in versions if entry.get("shadow")]
-    if shadows:
-        for name, field_name, help_text, in_us in _SHADOW_COUNTERS:
-            family = Family(name, "counter", help_text)
-            for entry in shadows:
-                value = int(entry.get(field_name, 0))
-                family.add(labels_of(entry), value // 1000 if in_us else value)
-            families.append(family)
+    families += _counters_of(versions, "shadow", _SHADOW_COUNTERS)
+    return families
+
+
+def _counters_of(
+    versions: list[dict[str, Any]], flag: str, counters: tuple[tuple[str, str, str, bool], ...]
+) -> list[Family]:
+    """``counters`` (family, entry field, help, whether in ns shown as us) over the versions
+    whose entry sets ``flag``; none when no version does."""
+    flagged = [entry for entry in versions if entry.get(flag)]
+    families = []
+    for name, field_name, help_text, in_us in counters if flagged else ():
+        family = Family(name, "counter", help_text)
+        for entry in flagged:
+            value = int(entry.get(field_name, 0))
+            family.add(labels_of(entry), value // 1000 if in_us else value)
+        families.append(family)
     return families
 
 

@@ -1,5 +1,6 @@
 """Autoscaling per model: the model config's ``AUTOSCALING_CONFIG`` parameter (Serve's
-``autoscaling_config``) scales the model's replicas up under load and back down after it.
+``autoscaling_config``) scales the model's replicas up under load and back down after it,
+down to zero replicas where ``min_replicas`` is 0.
 
 Serve's signal is the requests a replica holds, which counts those waiting in its batcher's
 queue (``@serve.batch``), so a model whose batches cannot keep up scales out.
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -107,5 +111,82 @@ def test_a_model_scales_up_under_load_and_back_down(serve_cluster, tmp_path):
         down = _wait_for("slow", 1, SCALE_TIMEOUT_S)
         assert failures == []
         print(f"scaled to 2 replicas {up:.1f} s into the load, back to 1 {down:.1f} s after it")
+    finally:
+        serve_cluster.delete_all()
+
+
+TO_ZERO = (
+    '{"min_replicas": 0, "max_replicas": 2, "target_ongoing_requests": 1, "upscale_delay_s": 1,'
+    ' "downscale_delay_s": 3, "downscale_to_zero_delay_s": 4, "look_back_period_s": 2,'
+    ' "metrics_interval_s": 0.5}'
+)
+
+
+def _replica_samples(metrics_port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as reply:
+        lines = reply.read().decode().splitlines()
+    return {
+        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("rayton_model_replicas") and 'model="to_zero"' in line
+    }
+
+
+def _infer_slow(client: httpclient.InferenceServerClient, model: str) -> None:
+    tensor = httpclient.InferInput("IN", [1], "FP32")
+    tensor.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+    np.testing.assert_array_equal(client.infer(model, [tensor]).as_numpy("OUT"), [1.0])
+
+
+def test_a_model_at_zero_replicas_answers_scales_up_and_back_to_zero(serve_cluster, tmp_path):
+    """``min_replicas: 0``: the model loads on one replica (a load still proves the model
+    loads), goes to zero when idle and stays READY, answers its first request by starting a
+    replica (the request waits, it does not fail), scales up under load and back to zero."""
+    (tmp_path / "to_zero" / "1").mkdir(parents=True)
+    (tmp_path / "to_zero" / "config.pbtxt").write_text(SLOW_CONFIG.replace(SCALING, TO_ZERO))
+    (tmp_path / "to_zero" / "1" / "model.py").write_text(SLOW_MODEL)
+    metrics_port = free_port()
+    serve_cluster.deploy_live(tmp_path, "explicit", ["to_zero"], metrics_port=metrics_port)
+    client = httpclient.InferenceServerClient(serve_cluster.http_url, network_timeout=120)
+    try:
+        idle = _wait_for("to_zero", 0, SCALE_TIMEOUT_S)
+        assert client.is_model_ready("to_zero")  # still READY at zero replicas
+        start = time.monotonic()
+        _infer_slow(client, "to_zero")  # held while a replica starts
+        first = time.monotonic() - start
+        failures: list[str] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            http = httpclient.InferenceServerClient(serve_cluster.http_url, network_timeout=120)
+            while not stop.is_set():
+                try:
+                    _infer_slow(http, "to_zero")
+                except Exception as err:  # recorded: the test asserts there are none
+                    failures.append(f"{type(err).__name__}: {err}")
+
+        threads = [threading.Thread(target=load) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        try:
+            up = _wait_for("to_zero", 2, SCALE_TIMEOUT_S)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        down = _wait_for("to_zero", 0, SCALE_TIMEOUT_S)
+        assert failures == []
+        # /metrics shows the count and the scale events, as the controller saw them.
+        deadline = time.monotonic() + 30
+        while (replicas := _replica_samples(metrics_port))["rayton_model_replicas"] != 0:
+            assert time.monotonic() < deadline, replicas
+            time.sleep(1)
+        assert replicas["rayton_model_replicas_added"] >= 2, replicas
+        assert replicas["rayton_model_replicas_removed"] >= 2, replicas
+        _infer_slow(client, "to_zero")  # from zero again
+        print(
+            f"at zero {idle:.1f} s after loading; first request from zero {first:.2f} s; "
+            f"2 replicas {up:.1f} s into the load; back to zero {down:.1f} s after it"
+        )
     finally:
         serve_cluster.delete_all()

@@ -255,6 +255,13 @@ ALLOWED += (
     ),
     Difference(
         "metrics[families]",
+        "/rayton_model_replicas*",
+        "rayton's own families: the replicas serving each model and how many it scaled up and "
+        "down by (autoscaling, scale to zero, recycling); Triton is one process.",
+        reference=MISSING,
+    ),
+    Difference(
+        "metrics[families]",
         "/nv_pinned_memory_pool_*",
         "Triton's pinned host memory pool for GPU copies; rayton has none (the frameworks "
         "manage their own pinned buffers).",

@@ -176,3 +176,23 @@ def test_a_cached_models_summaries_count_hits_and_misses_and_only_executed_compu
         for s in families["nv_inference_compute_infer_summary_us"].samples
     }
     assert infer[("m", "_count")] == 3 and infer[("plain", "_count")] == 2
+
+
+def test_a_shadow_versions_copies_get_raytons_families_after_tritons():
+    shadow = {"shadow": True, "shadow_success": 3, "shadow_failure": 1, "shadow_ns": 9_000}
+    merged = merge_versions(
+        [
+            entry(version="1"),
+            entry(version="2"),  # a replica where the version got no copy yet
+            entry(version="2", **shadow, shadow_dropped=2),
+        ]
+    )
+    families = by_name(model_families(merged))
+    success = families["rayton_shadow_request_success"].samples
+    assert [(s.labels["version"], s.value) for s in success] == [("2", 3)]
+    assert families["rayton_shadow_request_failure"].samples[0].value == 1
+    assert families["rayton_shadow_request_duration_us"].samples[0].value == 9  # us
+    assert families["rayton_shadow_request_dropped"].samples[0].value == 2
+    names = list(families)
+    assert names.index("nv_model_load_duration_secs") < names.index("rayton_shadow_request_success")
+    assert "rayton_shadow_request_success" not in by_name(model_families(merge_versions([entry()])))
