@@ -13,6 +13,9 @@ One ``rayton serve`` of a generated repository (python models, stub processes):
 * ``recycled``: two replicas answering their process id, ``RECYCLE_AFTER_SECONDS``
   ``--recycle-every``; the clients send for ``--recycle-minutes``: failures, how many replica
   processes answered, latency p50 / p99 (ms).
+* ``to_zero``: autoscaled with ``min_replicas: 0``: once ``/metrics`` shows it at zero
+  replicas, one request (its latency: a replica starting), then the clients for 30 s (the
+  replicas it reached, failures), then the time back to zero.
 
 Prints Markdown tables.
 """
@@ -24,6 +27,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -32,6 +36,11 @@ from tests.support.ports import free_port
 from tests.support.processes import ServerProcess, rayton_serve_command, rayton_serve_env
 from tests.support.versioned_models import write_pid_model, write_versioned_model
 
+TO_ZERO = (
+    '{"min_replicas": 0, "max_replicas": 2, "target_ongoing_requests": 2, "upscale_delay_s": 1,'
+    ' "downscale_delay_s": 3, "downscale_to_zero_delay_s": 5, "look_back_period_s": 2,'
+    ' "metrics_interval_s": 0.5}'
+)
 SPLIT = {"VERSION_WEIGHTS": "1:90,2:10", "SHADOW_VERSION": "3", "SHADOW_PERCENT": "10"}
 
 
@@ -99,6 +108,50 @@ def measure_recycling(url: str, minutes: float, every: float, clients: int) -> l
     ]
 
 
+def replicas(metrics_url: str, model: str) -> int:
+    with urllib.request.urlopen(metrics_url, timeout=30) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(f'rayton_model_replicas{{model="{model}"}}'):
+                return int(float(line.rsplit(" ", 1)[1]))
+    return -1
+
+
+def wait_replicas(metrics_url: str, model: str, count: int, timeout_s: float = 300) -> float:
+    start = time.monotonic()
+    while replicas(metrics_url, model) != count:
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"{model} did not reach {count} replicas")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+def measure_scale_to_zero(url: str, metrics_url: str, clients: int) -> list[str]:
+    wait_replicas(metrics_url, "to_zero", 0)
+    first = closed_loop(url, "to_zero", "PID", 1, total=1)
+    most = 0
+    outcome: dict = {}
+
+    def load() -> None:
+        outcome["load"] = closed_loop(url, "to_zero", "PID", clients, seconds=30)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    while loader.is_alive():
+        most = max(most, replicas(metrics_url, "to_zero"))
+        time.sleep(0.5)
+    down = wait_replicas(metrics_url, "to_zero", 0)
+    loaded = outcome["load"]
+    return [
+        "",
+        "| first request from zero (s) | requests in 30 s | failed | most replicas "
+        "| back to zero after (s) |",
+        "|---|---|---|---|---|",
+        f"| {first.latencies_ms[0] / 1e3 if first.latencies_ms else float('nan'):.2f} "
+        f"| {loaded.answered} | {len(loaded.errors) + len(first.errors)} | {most} "
+        f"| {down:.1f} |",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split-requests", type=int, default=10_000)
@@ -111,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     write_pid_model(
         root, "recycled", {"RECYCLE_AFTER_SECONDS": f"{args.recycle_every:g}"}, replicas=2
     )
+    write_pid_model(root, "to_zero", {"AUTOSCALING_CONFIG": TO_ZERO})
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     command = rayton_serve_command(root, http_port, grpc_port)
     command[command.index("--metrics-port") + 1] = str(metrics_port)
@@ -122,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         url = f"127.0.0.1:{http_port}"
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         rows = measure_split(url, metrics_url, args.split_requests, args.clients)
+        rows += measure_scale_to_zero(url, metrics_url, args.clients)
         rows += measure_recycling(url, args.recycle_minutes, args.recycle_every, args.clients)
     finally:
         server.stop()

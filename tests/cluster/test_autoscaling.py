@@ -150,7 +150,11 @@ def test_a_model_at_zero_replicas_answers_scales_up_and_back_to_zero(serve_clust
     client = httpclient.InferenceServerClient(serve_cluster.http_url, network_timeout=120)
     try:
         idle = _wait_for("to_zero", 0, SCALE_TIMEOUT_S)
-        assert client.is_model_ready("to_zero")  # still READY at zero replicas
+        # Still READY at zero replicas: the index (the controller's) answers without waking
+        # it, where /v2/models/to_zero/ready would go to a replica and start one.
+        (entry,) = client.get_model_repository_index()
+        assert (entry["name"], entry["state"]) == ("to_zero", "READY"), entry
+        assert _running_replicas("to_zero") == 0
         start = time.monotonic()
         _infer_slow(client, "to_zero")  # held while a replica starts
         first = time.monotonic() - start

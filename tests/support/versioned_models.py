@@ -109,8 +109,8 @@ def write_pid_model(root: Path, name: str, parameters: dict[str, str], replicas:
     successor answers another)."""
     model_dir = root / name
     (model_dir / "1").mkdir(parents=True)
-    entries = "\n".join(
-        f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+    entries = "\n".join(  # single-quoted: a value may be JSON
+        f"parameters {{ key: \"{key}\" value: {{ string_value: '{value}' }} }}"
         for key, value in parameters.items()
     )
     (model_dir / "config.pbtxt").write_text(
