@@ -71,6 +71,37 @@ def _wait_for(app: str, count: int, timeout_s: float) -> float:
     raise AssertionError(f"'{app}' has {_running_replicas(app)} replicas, not {count}")
 
 
+def _scale_up_under_load(url: str, model: str) -> tuple[float, list[str]]:
+    """6 clients send to ``model`` until it runs 2 replicas: how long that took, and the
+    clients' failures."""
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def client() -> None:
+        http = httpclient.InferenceServerClient(url, network_timeout=120)
+        while not stop.is_set():
+            try:
+                _infer_slow(http, model)
+            except Exception as err:  # recorded: the tests assert there are none
+                failures.append(f"{type(err).__name__}: {err}")
+
+    threads = [threading.Thread(target=client) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    try:
+        return _wait_for(model, 2, SCALE_TIMEOUT_S), failures
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def _infer_slow(client: httpclient.InferenceServerClient, model: str) -> None:
+    tensor = httpclient.InferInput("IN", [1], "FP32")
+    tensor.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+    np.testing.assert_array_equal(client.infer(model, [tensor]).as_numpy("OUT"), [1.0])
+
+
 def test_a_model_scales_up_under_load_and_back_down(serve_cluster, tmp_path):
     (tmp_path / "slow" / "1").mkdir(parents=True)
     (tmp_path / "slow" / "config.pbtxt").write_text(SLOW_CONFIG)
@@ -84,30 +115,9 @@ def test_a_model_scales_up_under_load_and_back_down(serve_cluster, tmp_path):
     (entry,) = [e for e in index if e["name"] == "refused"]
     assert entry["state"] == "UNAVAILABLE"
     assert "parameter 'AUTOSCALING_CONFIG'" in entry["reason"], entry
-    stop = threading.Event()
-    failures: list[str] = []
-
-    def client() -> None:
-        http = httpclient.InferenceServerClient(serve_cluster.http_url)
-        tensor = httpclient.InferInput("IN", [1], "FP32")
-        tensor.set_data_from_numpy(np.array([1.0], dtype=np.float32))
-        while not stop.is_set():
-            try:
-                http.infer("slow", [tensor])
-            except Exception as err:
-                failures.append(f"{type(err).__name__}: {err}")
-
     try:
         assert _running_replicas("slow") == 1  # the autoscaler's initial count
-        threads = [threading.Thread(target=client) for _ in range(6)]
-        for thread in threads:
-            thread.start()
-        try:
-            up = _wait_for("slow", 2, SCALE_TIMEOUT_S)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join()
+        up, failures = _scale_up_under_load(serve_cluster.http_url, "slow")
         down = _wait_for("slow", 1, SCALE_TIMEOUT_S)
         assert failures == []
         print(f"scaled to 2 replicas {up:.1f} s into the load, back to 1 {down:.1f} s after it")
@@ -132,12 +142,6 @@ def _replica_samples(metrics_port: int) -> dict[str, float]:
     }
 
 
-def _infer_slow(client: httpclient.InferenceServerClient, model: str) -> None:
-    tensor = httpclient.InferInput("IN", [1], "FP32")
-    tensor.set_data_from_numpy(np.array([1.0], dtype=np.float32))
-    np.testing.assert_array_equal(client.infer(model, [tensor]).as_numpy("OUT"), [1.0])
-
-
 def test_a_model_at_zero_replicas_answers_scales_up_and_back_to_zero(serve_cluster, tmp_path):
     """``min_replicas: 0``: the model loads on one replica (a load still proves the model
     loads), goes to zero when idle and stays READY, answers its first request by starting a
@@ -158,26 +162,7 @@ def test_a_model_at_zero_replicas_answers_scales_up_and_back_to_zero(serve_clust
         start = time.monotonic()
         _infer_slow(client, "to_zero")  # held while a replica starts
         first = time.monotonic() - start
-        failures: list[str] = []
-        stop = threading.Event()
-
-        def load() -> None:
-            http = httpclient.InferenceServerClient(serve_cluster.http_url, network_timeout=120)
-            while not stop.is_set():
-                try:
-                    _infer_slow(http, "to_zero")
-                except Exception as err:  # recorded: the test asserts there are none
-                    failures.append(f"{type(err).__name__}: {err}")
-
-        threads = [threading.Thread(target=load) for _ in range(6)]
-        for thread in threads:
-            thread.start()
-        try:
-            up = _wait_for("to_zero", 2, SCALE_TIMEOUT_S)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join()
+        up, failures = _scale_up_under_load(serve_cluster.http_url, "to_zero")
         down = _wait_for("to_zero", 0, SCALE_TIMEOUT_S)
         assert failures == []
         # /metrics shows the count and the scale events, as the controller saw them.
