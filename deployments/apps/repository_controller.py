@@ -222,23 +222,49 @@ class RepositoryController:
     async def _recycle(self, name: str) -> None:
         """Deploy ``name`` as it serves with the next round's code version: Serve replaces
         its replicas one at a time, each new one running before an old one stops."""
+        if self._served_home(name) is not None:  # not unloaded meanwhile
+            self._recycler.advance(name)
+            await self._redeploy(name)
+
+    def _placed(
+        self,
+        model: RepositoryModel,
+        generation: str,
+        placement: ModelPlacement,
+        nodes: list[dict[str, float]],
+    ) -> Placed:
+        """``model`` to deploy with what this controller keeps for it: the traffic policy the
+        repository API set, and its recycling round (a deploy keeps the replicas' code
+        version unless the round changed)."""
+        name = model.name
+        return Placed(
+            model, generation, placement, nodes, self._traffic.get(name), self._recycler.round(name)
+        )
+
+    def _served_home(self, name: str) -> tuple[ModelHome, ModelPlacement] | None:
+        """Where served model ``name`` was deployed by this server (None: it was not)."""
         record = self.repository.records.get(name)
         home = self.homes.home_of(name)
         if record is None or record.served is None or home is None:
-            return  # unloaded meanwhile
+            return None
         placement = home.placement_of(name)
-        if placement is None:
-            return
+        return None if placement is None else (home, placement)
+
+    async def _redeploy(self, name: str) -> ModelHome:
+        """Deploy served model ``name`` again as it serves, with this controller's traffic
+        policy and recycling round for it (Serve reconfigures its replicas in place unless
+        the round changed)."""
+        found = self._served_home(name)
+        if found is None:
+            raise InferenceServerError(
+                f"model '{name}' is not deployed by this server", StatusCode.UNAVAILABLE
+            )
+        home, placement = found
+        record = self.repository.records[name]
+        assert record.served is not None
         nodes = await asyncio.to_thread(node_resources)
-        placed = Placed(
-            record.served,
-            record.generation,
-            placement,
-            nodes,
-            self._traffic.get(name),
-            self._recycler.advance(name),
-        )
-        await home.deploy([placed])
+        await home.deploy([self._placed(record.served, record.generation, placement, nodes)])
+        return home
 
     async def poll(self) -> dict[str, str]:
         """Apply what changed on disk since the last poll: loads, reloads, unloads."""
@@ -307,14 +333,7 @@ class RepositoryController:
             placement = self._placement(model, nodes)
             if placement is None:
                 continue
-            placed = Placed(
-                model,
-                generation,
-                placement,
-                nodes,
-                self._traffic.get(model.name),
-                self._recycler.round(model.name),  # a reload keeps the replicas' code version
-            )
+            placed = self._placed(model, generation, placement, nodes)
             home = self.homes.home_for(placement)
             by_home.setdefault(home, []).append(placed)
             waits.append((placed, home))
@@ -479,15 +498,12 @@ class RepositoryController:
             record = self.repository.records[name]
             ready = [int(v) for v, state in record.versions.items() if state.ready]
             policy.check(model.config, ready)
-            home = self.homes.home_of(name)
-            placement = home.placement_of(name) if home is not None else None
-            if home is None or placement is None:
+            if self._served_home(name) is None:
                 raise InferenceServerError(
                     f"model '{name}' is not deployed by this server", StatusCode.UNAVAILABLE
                 )
             self._traffic[name] = policy
-            nodes = await asyncio.to_thread(node_resources)
-            await home.deploy([Placed(model, record.generation, placement, nodes, policy)])
+            home = await self._redeploy(name)
             if not await home.wait_steered(name, policy.to_json(), _STEER_TIMEOUT_S):
                 raise InferenceServerError(
                     f"model '{name}': the replicas did not take the traffic policy within "
