@@ -26,6 +26,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from cluster.memory_budget import declared_footprint
 from cluster.recycling import ReplicaRecycling, replica_recycling
 from repo_adapter.backends import is_registered
 
@@ -112,6 +113,8 @@ class ModelPlacement:
     # a C/C++ backend's native code; replicas recycled on a schedule of their own)
     isolated: bool = False
     recycling: ReplicaRecycling | None = None  # when its replicas are replaced
+    # Bytes one replica takes, as its config declares (MEMORY_FOOTPRINT; None: measured)
+    footprint: int | None = None
 
     @property
     def routed(self) -> bool:
@@ -266,7 +269,7 @@ def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()
     else:
         for group in placed:
             group.name = f"{name}.{group.name}"
-    return ModelPlacement(name, placed, notes, isolated, recycling)
+    return ModelPlacement(name, placed, notes, isolated, recycling, declared_footprint(config))
 
 
 AUTOSCALING_PARAMETER = "AUTOSCALING_CONFIG"

@@ -83,10 +83,12 @@ class ServeCluster:
         cache_config: list[str] | None = None,
         allow_client_shm: bool = False,
         metrics_config: list[str] | None = None,
+        server_options: dict[str, Any] | None = None,
     ) -> list[str]:
         """Deploy as ``rayton serve`` does: the repository controller deploys the models.
 
-        ``trace``: start-up trace settings (``ServerAppArgs``' ``trace_*`` fields).
+        ``trace``: start-up trace settings (``ServerAppArgs``' ``trace_*`` fields);
+        ``server_options``: other ``ServerAppArgs`` fields.
 
         Returns the front applications' names; :meth:`delete_all` removes the models too.
         """
@@ -112,6 +114,7 @@ class ServeCluster:
             allow_client_shm=allow_client_shm,
             **(trace or {}),
             **({"http_max_input_size": http_max_input_size} if http_max_input_size else {}),
+            **(server_options or {}),
         )
         return self._run(
             front_applications(

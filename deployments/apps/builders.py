@@ -55,6 +55,7 @@ from repo_adapter.repository import RepositoryModel
 logger = logging.getLogger(__name__)
 
 SERVER_APP_NAME = CONTROLLER_APP_NAME  # the controller is a deployment of the server app
+CONTROLLER_MAX_ONGOING_REQUESTS = 1024
 MODEL_APP_IMPORT_PATH = "deployments.apps.builders:build_model_app"
 SERVER_APP_IMPORT_PATH = "deployments.apps.builders:build_server_app"
 GRPC_APP_IMPORT_PATH = "deployments.apps.builders:build_grpc_app"
@@ -265,7 +266,11 @@ def build_server_app(args: ServerAppArgs) -> Application:
     if isinstance(args, dict):
         args = ServerAppArgs.model_validate(args)
     controller = RepositoryController.options(
-        name=CONTROLLER_DEPLOYMENT_NAME, ray_actor_options=copy.deepcopy(HEAD_NODE_ACTOR_OPTIONS)
+        name=CONTROLLER_DEPLOYMENT_NAME,
+        # Requests waiting for a model loading on demand are calls in flight here; Serve's
+        # default of 5 would queue every read behind them.
+        max_ongoing_requests=CONTROLLER_MAX_ONGOING_REQUESTS,
+        ray_actor_options=copy.deepcopy(HEAD_NODE_ACTOR_OPTIONS),
     ).bind(args)
     return TritonServer.options(
         name=SERVER_DEPLOYMENT_NAME,

@@ -22,6 +22,7 @@ from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 from deployments.core.served_model import ModelMetadata
+from deployments.http.messages import HttpReply, HttpRequest
 from deployments.observability.statistics import ModelStatistics
 from repo_adapter.config import ConfigDocument
 from repo_adapter.errors import InferenceServerError, StatusCode
@@ -51,6 +52,7 @@ class _ReplicaMethods:
         self.model_config = handle.model_config
         self.is_ready = handle.is_ready
         self.statistics = handle.statistics
+        self.handle_http = handle.handle_http
 
 
 class ModelHandles:
@@ -106,6 +108,10 @@ class ModelHandles:
         replies = self.replicas(model).infer_wire_stream.remote(model, message)
         async for reply in _streamed(model, replies):
             yield reply
+
+    async def http(self, model: str, request: HttpRequest) -> HttpReply:
+        """``request`` (under ``/v2/models/<model>``) answered by ``model``'s replicas."""
+        return await self._answer(model, self.replicas(model).handle_http.remote(request))
 
     async def metadata(
         self, model: str, version: str = "", timeout_s: float | None = None

@@ -93,7 +93,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         self._members = ModelHandles()
         self._endpoints: dict[str, ModelHttpEndpoints] = {}
         core = cluster_server_core()
-        self._server = ServerHttpEndpoints(core)
+        self._server = ServerHttpEndpoints(core, self._members.http)
         self._grpc = TritonGrpcServicer(core)
         self._routed = RoutedCalls()
         self._cache_store = NodeResponseStore(ControllerCaches())

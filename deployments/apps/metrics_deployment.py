@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from cluster.memory_budget import BudgetUsage
 from deployments.apps.handles import broadcast
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
@@ -71,7 +72,11 @@ class TritonMetrics(ControlledReplica):
         self.args = MetricsAppArgs.model_validate(args)
         self._controller = ControllerRepository()
         self.collector = MetricsCollector(
-            self._replica_snapshots, self.args, self._cache_usage, self._model_scaling
+            self._replica_snapshots,
+            self.args,
+            self._cache_usage,
+            self._model_scaling,
+            self._memory_budget,
         )
         self._ray_metrics = RayMetricsMirror()
         sock = socket.socket(socket.AF_INET6 if ":" in self.args.metrics_host else socket.AF_INET)
@@ -130,6 +135,11 @@ class TritonMetrics(ControlledReplica):
     async def _model_scaling(self) -> list[ModelScaling]:
         return await asyncio.wait_for(
             self._controller.handle.model_scaling.remote(), _SNAPSHOT_TIMEOUT_S
+        )
+
+    async def _memory_budget(self) -> BudgetUsage | None:
+        return await asyncio.wait_for(
+            self._controller.handle.memory_budget.remote(), _SNAPSHOT_TIMEOUT_S
         )
 
     def metrics_port(self) -> int:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from deployments.core.model_slot import SlotStatus
 from deployments.core.served_model import ModelMetadata
+from deployments.http.messages import HttpReply, HttpRequest
 from deployments.metrics.collector import MetricsSnapshot
 from deployments.observability.log_settings import LogSettings
 from deployments.observability.statistics import ModelStatistics
@@ -48,6 +49,11 @@ class ModelReplicaApi(Protocol):
     def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
         """A serialized ``ModelInferRequest`` of a stream -> its serialized
         ``ModelStreamInferResponse`` messages (a decoupled model's several; gRPC frontend)."""
+        ...
+
+    async def handle_http(self, request: HttpRequest) -> HttpReply:
+        """An HTTP request under ``/v2/models/<model>`` another replica sent on (one that
+        arrived before the proxy routed the model here)."""
         ...
 
     def metadata(self, model: str, version: str = "") -> ModelMetadata: ...

@@ -35,6 +35,7 @@ from dataclasses import replace
 import ray
 from ray import serve
 
+from cluster.memory_budget import BudgetUsage
 from cluster.placement import ModelPlacement, placement_for
 from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
 from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME
@@ -44,6 +45,7 @@ from deployments.apps.metrics_deployment import METRICS_APP_NAME, METRICS_DEPLOY
 from deployments.apps.model_apps import LoadOutcome, ServeModelApps
 from deployments.apps.model_homes import ModelHome, ModelHomes, Placed, ReplicaTarget
 from deployments.apps.node_response_cache import NodeCaches
+from deployments.apps.on_demand import OnDemandLoads
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.replica_recycling import RecycleCandidate, ReplicaRecycler
 from deployments.apps.replica_scaling import ReplicaScaling
@@ -124,6 +126,19 @@ class RepositoryController:
         self._traffic: dict[str, TrafficPolicy] = {}  # set through the repository API
         self._recycler = ReplicaRecycler(self._apps.app_status)
         self._scaling = ReplicaScaling(self._apps.running_replicas)
+        self._on_demand = (
+            OnDemandLoads(
+                self.repository,
+                self.homes,
+                self._changes,
+                self._load_many,
+                lambda name: self._unload_one(name, evicted=True),
+                spec.memory_budget,
+                spec.load_on_demand_timeout_secs,
+            )
+            if spec.load_on_demand
+            else None
+        )
         loop = asyncio.get_event_loop()
         self._tasks = [
             loop.create_task(self._run()),
@@ -138,7 +153,7 @@ class RepositoryController:
         names = self.repository.model_names()
         if spec.models is not None:
             return [n for n in names if n in spec.models]
-        if spec.model_control_mode == "explicit":
+        if spec.model_control_mode == "explicit" or spec.load_on_demand:
             wanted = spec.load_models or []
             return names if "*" in wanted else [n for n in names if n in wanted]
         return names
@@ -416,13 +431,18 @@ class RepositoryController:
                 _UNLOAD_TIMEOUT_S,
             )
 
-    async def _unload_one(self, name: str, with_member: bool = False) -> None:
+    async def _unload_one(
+        self, name: str, with_member: bool = False, evicted: bool = False
+    ) -> None:
+        """Unload ``name``; ``evicted`` (for the memory budget) keeps its traffic policy and
+        recycling round for its next load on demand."""
         record = self.repository.records.get(name)
         if record is None or record.served is None:
             return
         self.repository.begin_unload(name)
-        self._traffic.pop(name, None)  # a model loaded again follows its config
-        self._recycler.forget(name)
+        if not evicted:
+            self._traffic.pop(name, None)  # a model loaded again follows its config
+            self._recycler.forget(name)
         await self._remove(name, self.homes.home_of(name) or self.homes.own)
         self.repository.unload_finished(name, with_member)
 
@@ -512,6 +532,26 @@ class RepositoryController:
                 )
             return policy
 
+    async def ensure_loaded(self, name: str) -> None:
+        """``--load-on-demand``: return once ``name`` serves, loading it first (within the
+        memory budget); see :class:`~deployments.apps.on_demand.OnDemandLoads`.
+
+        Raises:
+            InferenceServerError: UNAVAILABLE on a server that does not load on demand, or
+                when the load did not finish in time; NOT_FOUND for an unknown model.
+        """
+        if self._on_demand is None:
+            raise InferenceServerError(
+                "this server does not load models on demand (--load-on-demand)",
+                StatusCode.UNAVAILABLE,
+            )
+        await self._on_demand.ensure_loaded(name)
+
+    async def memory_budget(self) -> BudgetUsage | None:
+        """The memory budget and what each model loaded on demand takes (None: this server
+        does not load on demand)."""
+        return await self._on_demand.usage() if self._on_demand is not None else None
+
     def _served(self, name: str) -> RepositoryModel:
         record = self.repository.records.get(name)
         if record is None or record.served is None or record.served.config is None:
@@ -590,6 +630,7 @@ class RepositoryController:
             unavailable=unavailable,
             ready=ready,
             config_owned=not self.spec.deploy_models,
+            on_demand=self._on_demand is not None,
         )
 
     # ------------------------------------------------------------------ log settings
@@ -635,6 +676,7 @@ class RepositoryController:
             replicas,
             {name: policy.to_json() for name, policy in self._traffic.items()},
             self._recycler.rounds(),
+            await self.memory_budget(),
         )
 
     def __del__(self) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from cluster.memory_budget import check_budget_setting
 from deployments.command_flag import Flag
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.observability.log_settings import LogSettings
@@ -23,6 +24,11 @@ from repo_adapter.backends.backend_files import (
 DEFAULT_POLL_SECS = 15.0
 # A model whose replicas are not all up by then is UNAVAILABLE (its application is removed).
 DEFAULT_LOAD_TIMEOUT_S = 300.0
+DEFAULT_ON_DEMAND_TIMEOUT_S = 60.0
+
+
+def _valid_budget(setting: str | None) -> str | None:
+    return None if setting is None else check_budget_setting(setting)
 
 
 # Triton's --http-max-input-size; `rayton build` and `rayton serve` both take it.
@@ -154,6 +160,26 @@ class ServerAppArgs(BaseModel):
         description="a model whose replicas are not all up by then is UNAVAILABLE "
         f"(default {DEFAULT_LOAD_TIMEOUT_S:g})",
     )
+    load_on_demand: Annotated[bool, Flag()] = Field(
+        False,
+        description="list every model of the repository but load each on its first request "
+        "(inference, metadata or config), which waits for it; with --model-control-mode "
+        "explicit, the repository API loads and unloads as well",
+    )
+    load_on_demand_timeout_secs: Annotated[float, Flag()] = Field(
+        DEFAULT_ON_DEMAND_TIMEOUT_S,
+        gt=0,
+        description="how long a request waits for its model to load on demand before it is "
+        f"answered UNAVAILABLE (default {DEFAULT_ON_DEMAND_TIMEOUT_S:g})",
+    )
+    memory_budget: Annotated[
+        str | None, AfterValidator(_valid_budget), Flag(metavar="BYTES|N%")
+    ] = Field(
+        None,
+        description="with --load-on-demand: the memory loaded models may take (500MB, 8GiB, "
+        "or a percentage of the smallest node's memory); above it the least recently used "
+        "idle models are unloaded (they load again on their next request)",
+    )
     strict_readiness: Annotated[bool, Flag()] = Field(
         True, description="true: /v2/health/ready fails while a model failed to load (as Triton)"
     )
@@ -230,6 +256,22 @@ class ServerAppArgs(BaseModel):
                 f"model_control_mode '{self.model_control_mode}' needs rayton to deploy the "
                 "models itself ('rayton serve'); in a Serve config the config owns the model "
                 "applications: change it and 'serve deploy' it again"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _on_demand_needs_deploys(self) -> ServerAppArgs:
+        if self.load_on_demand and not self.deploy_models:
+            raise ValueError(
+                "load_on_demand needs rayton to deploy the models itself ('rayton serve'); a "
+                "Serve config deploys every model it lists"
+            )
+        if self.load_on_demand and self.model_control_mode == "poll":
+            raise ValueError("load_on_demand works with model_control_mode none or explicit")
+        if self.memory_budget is not None and not self.load_on_demand:
+            raise ValueError(
+                "a memory budget unloads models that must load again on their next request: "
+                "it needs load_on_demand (--load-on-demand)"
             )
         return self
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from ray import serve
 
+from deployments.apps.handles import ModelHandles
 from deployments.apps.http_ingress import HttpIngress
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import cluster_server_core
@@ -24,7 +25,7 @@ class TritonServer(HttpIngress, ControlledReplica):
     async def __init__(self, controller: Any) -> None:
         super().__init__()  # no limit: a load request may carry model files
         self.core = cluster_server_core(controller)
-        self._http = ServerHttpEndpoints(self.core)
+        self._http = ServerHttpEndpoints(self.core, ModelHandles().http)
         self.control = ReplicaControl(held_models=list, traces=False)
         self.control.adopt_controller_settings()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -45,6 +46,34 @@ _RETIRE_POLL_S = 0.2
 
 BuildModel = Callable[[], ServedModel]
 
+# Loads in one process run one at a time, so each measures only its own memory growth.
+_measured_loads: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+
+def _tree_rss() -> int:
+    """Resident bytes of this process and its children (a python model's stub processes)."""
+    import psutil
+
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += child.memory_info().rss
+    return total
+
+
+async def _build_measured(build: BuildModel) -> tuple[ServedModel, int]:
+    """``build()`` on a worker thread, and the resident memory it added (0 or more)."""
+    global _measured_loads
+    loop = asyncio.get_running_loop()
+    if _measured_loads is None or _measured_loads[0] is not loop:
+        _measured_loads = (loop, asyncio.Lock())
+    async with _measured_loads[1]:
+        before = await asyncio.to_thread(_tree_rss)
+        model = await asyncio.to_thread(build)
+        after = await asyncio.to_thread(_tree_rss)
+    return model, max(after - before, 0)
+
 
 @dataclass
 class SlotStatus:
@@ -59,6 +88,12 @@ class SlotStatus:
     error: str
     versions: VersionStates
     traffic: dict = field(default_factory=dict)  # the serving model's traffic policy (JSON)
+    # For the memory budget (cluster/memory_budget.py): requests running now, the wall time
+    # the latest one started (0: none yet), the resident memory its load added to this
+    # replica's processes (0: not measured)
+    in_flight: int = 0
+    last_used: float = 0.0
+    footprint_bytes: int = 0
 
 
 def load_failure(model: ServedModel) -> str:
@@ -88,6 +123,8 @@ class ModelSlot:
         self._retiring: list[ServedModel] = []
         # The traffic policy the repository set last (None: each model follows its config's)
         self._traffic: TrafficPolicy | None = None
+        self._last_used = 0.0  # wall time the latest request started
+        self._footprint = 0  # memory the serving generation's load added (measured)
 
     # ------------------------------------------------------------------ replacement
 
@@ -108,14 +145,15 @@ class ModelSlot:
         if self._loading is not None:
             self._loading.cancel()
         if self._model is None:
-            self._model = self._steered(await asyncio.to_thread(build))
+            model, self._footprint = await _build_measured(build)
+            self._model = self._steered(model)
             self._generation = generation
             return
         self._loading = asyncio.create_task(self._replace(generation, build))
 
     async def _replace(self, generation: str, build: BuildModel) -> None:
         try:
-            fresh = await asyncio.to_thread(build)
+            fresh, footprint = await _build_measured(build)
         except Exception as err:  # the builders catch model errors; this is a bug
             logger.exception("model '%s': building generation %s failed", self.name, generation)
             self._error = f"{type(err).__name__}: {err}"
@@ -130,6 +168,7 @@ class ModelSlot:
             await _close(fresh)
             return
         previous, self._model, self._generation = self._model, self._steered(fresh), generation
+        self._footprint = footprint
         self._loading = None
         if previous is not None:
             await self._retire(previous)
@@ -181,7 +220,16 @@ class ModelSlot:
         model = self._model
         versions = model.state() if model is not None else {}
         traffic = model.traffic.to_json() if isinstance(model, SteerableModel) else {}
-        return SlotStatus(self._generation, self._target, self._error, versions, traffic)
+        return SlotStatus(
+            self._generation,
+            self._target,
+            self._error,
+            versions,
+            traffic,
+            sum(self._in_flight.values()),
+            self._last_used,
+            self._footprint,
+        )
 
     # ------------------------------------------------------------------ ServedModel
 
@@ -208,6 +256,7 @@ class ModelSlot:
         """Count a request running on ``model`` (a replaced model drains these)."""
         key = id(model)
         self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        self._last_used = time.time()
         try:
             yield
         finally:

@@ -53,6 +53,8 @@ EXTENSIONS = [
 ]
 UNLOAD_DEPENDENTS = "model_repository(unload_dependents)"
 _HANDLE_TIMEOUT_S = 5.0
+# The requests that load a model on demand (inference, metadata, config; "" is metadata)
+ON_DEMAND_ACTIONS = frozenset(("infer", "", "config", "generate", "generate_stream"))
 # How long the frontends route on a cached repository view (a model just loaded elsewhere is
 # reachable within this; this server's own load / unload refresh it at once).
 VIEW_TTL_S = 1.0
@@ -107,6 +109,7 @@ class RepositoryView:
     unavailable: dict[str, str] = field(default_factory=dict)  # model -> reason
     ready: bool = False
     config_owned: bool = False
+    on_demand: bool = False  # models load on their first request (--load-on-demand)
 
 
 class Repository(Protocol):
@@ -125,6 +128,11 @@ class Repository(Protocol):
     async def set_version_traffic(self, model: str, policy: TrafficPolicy) -> TrafficPolicy: ...
 
     async def status(self) -> StatusDocument: ...
+
+    async def ensure_loaded(self, model: str) -> None:
+        """On a server that loads models on demand: return once ``model`` serves, loading it
+        first (returns without serving it where its load failed: the view says why)."""
+        ...
 
 
 class RuntimeSettings(Protocol):
@@ -210,6 +218,19 @@ class ServerCore:
 
     async def is_deployed(self, model: str) -> bool:
         return model in (await self.view()).served
+
+    async def loaded_on_demand(self, model: str, action: str) -> bool:
+        """Whether ``model``, not deployed when asked, serves now that it was loaded on
+        demand. Inference, metadata and config requests load it (and wait, bounded); other
+        requests (readiness, statistics) and servers without ``--load-on-demand`` do not.
+
+        Raises:
+            InferenceServerError: the load did not finish in time, or the model is unknown.
+        """
+        if action not in ON_DEMAND_ACTIONS or not (await self.view()).on_demand:
+            return False
+        await self.repository.ensure_loaded(model)
+        return model in (await self.view(fresh=True)).served
 
     async def server_metadata(self) -> ServerMetadata:
         extensions = list(EXTENSIONS)

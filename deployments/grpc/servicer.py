@@ -82,8 +82,9 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ------------------------------------------------------------------ model calls
 
     async def _require_deployed(self, model: str, version: str, action: str) -> None:
-        if not await self.core.is_deployed(model):
-            raise await self.core.undeployed_model_error(model, version, action)
+        if await self.core.is_deployed(model) or await self.core.loaded_on_demand(model, action):
+            return
+        raise await self.core.undeployed_model_error(model, version, action)
 
     async def forward_infer(self, route: InferRoute, message: bytes) -> bytes:
         """Send a request's wire bytes to its model's replicas; returns theirs."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from deployments.core.server_core import ServerCore
 from deployments.http.messages import HttpReply, HttpRequest
@@ -25,7 +27,7 @@ from deployments.http.responses import (
     json_response,
 )
 from deployments.http.wire import json_loads
-from repo_adapter.errors import InferenceServerError
+from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import JsonObject
 from repo_adapter.version_traffic import TrafficPolicy
 
@@ -35,13 +37,21 @@ _SHARED_MEMORY_ROUTE = re.compile(
 )
 # rayton's own route (not Triton's): what `rayton status --url` reads.
 STATUS_PATH = "/v2/rayton/status"
+# Marks a request these routes sent on to a model's replicas: never sent on twice.
+FORWARDED_HEADER = "x-rayton-forwarded"
+# (model, request) -> the reply of a replica serving the model
+ModelHttpForward = Callable[[str, HttpRequest], Awaitable[HttpReply]]
 
 
 class ServerHttpEndpoints:
     """Dispatches one server-wide HTTP request to :class:`ServerCore`."""
 
-    def __init__(self, core: ServerCore) -> None:
+    def __init__(self, core: ServerCore, forward: ModelHttpForward | None = None) -> None:
+        """``forward`` sends a model's request on to its replicas: one that arrived before
+        the proxy routed the model (loaded on demand, or just loaded). None: answered with
+        Triton's error for a model that is not deployed."""
         self.core = core
+        self._forward = forward
 
     async def handle(self, request: HttpRequest) -> HttpReply:
         path = request.path
@@ -165,9 +175,25 @@ class ServerHttpEndpoints:
         action = parts[-1] if len(parts) in (4, 6) else ""
         if action not in MODEL_ACTIONS:
             return json_response(NOT_FOUND, 404)  # no route, whatever the model
+        if self._forward is not None and FORWARDED_HEADER not in request.headers:
+            if await self.core.is_deployed(model) or await self.core.loaded_on_demand(
+                model, action
+            ):
+                return await self._forward_to(model, action, request)
         if action == "ready" and await self.core.is_unavailable(model):
             return json_response({"error": "Model version not ready"}, 400)
         return error_response(await self.core.undeployed_model_error(model, version, action))
+
+    async def _forward_to(self, model: str, action: str, request: HttpRequest) -> HttpReply:
+        assert self._forward is not None
+        if action == "generate_stream":  # a streamed body does not travel between replicas
+            raise InferenceServerError(
+                f"model '{model}' was not loaded when this stream began; it is now: send the "
+                "request again",
+                StatusCode.UNAVAILABLE,
+            )
+        headers = {**request.headers, FORWARDED_HEADER: "1"}
+        return await self._forward(model, replace(request, headers=headers))
 
 
 def register_parameters(name: str, body: bytes) -> tuple[str, int, int]:

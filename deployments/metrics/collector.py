@@ -14,13 +14,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster.memory_budget import BudgetUsage
 from deployments.core.response_cache import CacheUsage
 from deployments.metrics.cache_gauges import cache_families
 from deployments.metrics.custom import custom_families, merge_custom
 from deployments.metrics.exposition import Family, render
 from deployments.metrics.families import LatencyOptions, merge_versions, model_families
 from deployments.metrics.options import MetricsAppArgs
-from deployments.metrics.replica_gauges import ModelScaling, replica_families
+from deployments.metrics.replica_gauges import (
+    ModelScaling,
+    budget_families,
+    replica_families,
+)
 from deployments.metrics.system import (
     CpuSampler,
     GpuSampler,
@@ -46,6 +51,8 @@ ReplicaSnapshots = Callable[[], Awaitable[list[MetricsSnapshot]]]
 CacheUsages = Callable[[], Awaitable[list[CacheUsage] | None]]
 # Each served model's replicas (rayton_model_replicas*).
 ModelScalings = Callable[[], Awaitable[list[ModelScaling]]]
+# The memory budget of models loaded on demand (None: the server loads none on demand).
+MemoryBudgets = Callable[[], Awaitable[BudgetUsage | None]]
 
 
 async def _no_cache() -> list[CacheUsage] | None:
@@ -54,6 +61,10 @@ async def _no_cache() -> list[CacheUsage] | None:
 
 async def _no_scaling() -> list[ModelScaling]:
     return []
+
+
+async def _no_budget() -> BudgetUsage | None:
+    return None
 
 
 class MetricsCollector:
@@ -65,10 +76,12 @@ class MetricsCollector:
         args: MetricsAppArgs,
         caches: CacheUsages = _no_cache,
         scaling: ModelScalings = _no_scaling,
+        budget: MemoryBudgets = _no_budget,
     ) -> None:
         self._fetch = fetch
         self._caches = caches
         self._scaling = scaling
+        self._budget = budget
         self._latency = LatencyOptions(
             counter_latencies=args.setting("counter_latencies", True),
             summary_latencies=args.setting("summary_latencies", False),
@@ -98,12 +111,13 @@ class MetricsCollector:
         return versions, custom
 
     async def families(self) -> list[Family]:
-        (versions, custom), caches, scaling = await asyncio.gather(
-            self.snapshot(), self._caches(), self._scaling()
+        (versions, custom), caches, scaling, budget = await asyncio.gather(
+            self.snapshot(), self._caches(), self._scaling(), self._budget()
         )
         families = model_families(versions, self._latency) + custom_families(custom)
         families += self._system + ([] if caches is None else cache_families(caches))
-        return families + (replica_families(scaling) if scaling else [])
+        families += replica_families(scaling) if scaling else []
+        return families + ([] if budget is None else budget_families(budget))
 
     async def text(self) -> str:
         """The ``/metrics`` page."""

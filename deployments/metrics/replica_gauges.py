@@ -1,12 +1,14 @@
 """rayton's per-model replica families, beyond Triton: how many replicas serve each model
 now, and how many were added and removed since it was served (autoscaling, scale to zero,
-recycling), as the repository controller saw them in Serve's status."""
+recycling), as the repository controller saw them in Serve's status; and, where models load
+on demand, the memory budget and each model's residency, loads and evictions."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cluster.memory_budget import BudgetUsage
 from deployments.metrics.exposition import Family
 
 
@@ -35,3 +37,33 @@ def replica_families(records: Sequence[ModelScaling]) -> list[Family]:
         added.add(labels, record.added)
         removed.add(labels, record.removed)
     return [replicas, added, removed]
+
+
+def budget_families(usage: BudgetUsage) -> list[Family]:
+    """The budget and its use (gauges), and per model loaded on demand: the bytes it takes
+    now (0: not resident), its loads and its evictions (counters)."""
+    capacity = Family(
+        "rayton_memory_budget_bytes", "gauge", "Memory budget of the models loaded on demand"
+    )
+    used = Family("rayton_memory_budget_used_bytes", "gauge", "Memory the models loaded now take")
+    resident = Family(
+        "rayton_model_resident_bytes", "gauge", "Memory the model takes (0: not loaded)"
+    )
+    loads = Family(
+        "rayton_model_loads_on_demand", "counter", "Number of times the model loaded on demand"
+    )
+    evictions = Family(
+        "rayton_model_evictions",
+        "counter",
+        "Number of times the model was unloaded for the memory budget",
+    )
+    if usage.capacity_bytes:
+        capacity.add({}, usage.capacity_bytes)
+    used.add({}, usage.used_bytes)
+    for model in usage.models:
+        labels = {"model": model.model}
+        resident.add(labels, model.footprint_bytes if model.resident else 0)
+        loads.add(labels, model.loads)
+        evictions.add(labels, model.evictions)
+    families = [used, resident, loads, evictions]
+    return [capacity, *families] if usage.capacity_bytes else families

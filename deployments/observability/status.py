@@ -13,6 +13,7 @@ from typing import TypedDict
 
 from typing_extensions import NotRequired
 
+from cluster.memory_budget import BudgetUsage
 from repo_adapter.live_repository import IndexEntry
 
 
@@ -44,6 +45,21 @@ class ModelStatus(TypedDict):
     # JSON), and how many times the model's replicas were recycled.
     traffic: NotRequired[dict[str, object]]
     recycled: NotRequired[int]
+    # --load-on-demand: the bytes it takes (or took when last loaded), how many times it was
+    # loaded on demand and unloaded for the memory budget
+    memory: NotRequired[ModelMemory]
+
+
+class ModelMemory(TypedDict):
+    resident: bool
+    footprint_bytes: int
+    loads: int
+    evictions: int
+
+
+class BudgetStatus(TypedDict):
+    capacity_bytes: int  # 0: no budget
+    used_bytes: int
 
 
 class StatusDocument(TypedDict):
@@ -52,6 +68,7 @@ class StatusDocument(TypedDict):
     repository: str
     model_control_mode: str
     models: dict[str, ModelStatus]
+    memory_budget: NotRequired[BudgetStatus]  # --load-on-demand only
 
 
 def status_document(
@@ -61,9 +78,11 @@ def status_document(
     replicas: Iterable[ReplicaInfo],
     traffic: dict[str, dict[str, object]] | None = None,
     recycled: dict[str, int] | None = None,
+    memory: BudgetUsage | None = None,
 ) -> StatusDocument:
     """One entry per model of the index: its versions (state, reason) and its replicas;
-    ``traffic`` and ``recycled`` by model where the server keeps them."""
+    ``traffic`` and ``recycled`` by model where the server keeps them; ``memory`` where it
+    loads models on demand."""
     models: dict[str, ModelStatus] = {}
     for entry in index:
         model = models.setdefault(entry["name"], ModelStatus(versions=[], replicas=[]))
@@ -86,7 +105,20 @@ def status_document(
     for name, rounds in (recycled or {}).items():
         if name in models:
             models[name]["recycled"] = rounds
-    return StatusDocument(repository=repository, model_control_mode=control_mode, models=models)
+    document = StatusDocument(repository=repository, model_control_mode=control_mode, models=models)
+    if memory is not None:
+        document["memory_budget"] = BudgetStatus(
+            capacity_bytes=memory.capacity_bytes, used_bytes=memory.used_bytes
+        )
+        for residency in memory.models:
+            if residency.model in models:
+                models[residency.model]["memory"] = ModelMemory(
+                    resident=residency.resident,
+                    footprint_bytes=residency.footprint_bytes,
+                    loads=residency.loads,
+                    evictions=residency.evictions,
+                )
+    return document
 
 
 def format_status(document: StatusDocument) -> str:
@@ -94,6 +126,7 @@ def format_status(document: StatusDocument) -> str:
     lines = [
         f"repository {document['repository']} "
         f"(model control mode {document['model_control_mode']})",
+        *_budget_line(document),
         "",
         f"{'MODEL':32s} {'VERSION':8s} {'STATE':12s} REPLICAS",
     ]
@@ -110,6 +143,13 @@ def format_status(document: StatusDocument) -> str:
             lines.append(f"    traffic {json.dumps(model['traffic'])}")
         if "recycled" in model:
             lines.append(f"    replicas recycled {model['recycled']} times")
+        if "memory" in model:
+            memory = model["memory"]
+            lines.append(
+                f"    {'resident' if memory['resident'] else 'not resident'}, "
+                f"{_mib(memory['footprint_bytes'])}, loaded on demand {memory['loads']} times, "
+                f"evicted {memory['evictions']} times"
+            )
         for replica in model["replicas"]:
             gpus = ",".join(replica.get("gpu_ids", [])) or "-"
             lines.append(
@@ -117,3 +157,19 @@ def format_status(document: StatusDocument) -> str:
                 f"({replica['node_id'][:12]})  gpus {gpus}  pid {replica['pid']}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def _budget_line(document: StatusDocument) -> list[str]:
+    budget = document.get("memory_budget")
+    if budget is None:
+        return []
+    if not budget["capacity_bytes"]:
+        return [f"models load on demand; loaded models take {_mib(budget['used_bytes'])}"]
+    return [
+        f"models load on demand; memory budget {_mib(budget['capacity_bytes'])}, "
+        f"{_mib(budget['used_bytes'])} used"
+    ]

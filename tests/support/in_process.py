@@ -8,6 +8,7 @@ it runs over the repository controller and deployment handles in a cluster.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from deployments.observability.statistics import ModelStatistics
 from deployments.observability.status import StatusDocument, status_document
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.config import ConfigDocument
+from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import JsonObject
 from repo_adapter.live_repository import IndexEntry, LiveRepository, load_failed_error
 from repo_adapter.request_validation import model_not_found
@@ -27,10 +29,12 @@ from repo_adapter.version_traffic import TrafficPolicy
 
 
 class InProcessRepository:
-    """Loads models into this process on ``load`` (every mode's control is allowed)."""
+    """Loads models into this process on ``load`` (every mode's control is allowed), and
+    on a request's demand when ``on_demand``."""
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, on_demand: bool = False) -> None:
         self.repository = LiveRepository(root)
+        self.on_demand = on_demand
         self.models: dict[str, SingleModel] = {}
         self._log_settings = LogSettings()  # kept, not applied: models run in the test process
 
@@ -44,7 +48,9 @@ class InProcessRepository:
             if (reason := repository.unavailable_reason(name)) is not None
         }
         failed = [n for n, r in repository.records.items() if r.served is None and r.error]
-        return RepositoryView(repository.served_names(), unavailable, ready=not failed)
+        return RepositoryView(
+            repository.served_names(), unavailable, ready=not failed, on_demand=self.on_demand
+        )
 
     async def index(self, ready_only: bool) -> list[IndexEntry]:
         return self.repository.index(ready_only)
@@ -98,6 +104,15 @@ class InProcessRepository:
                 self.repository.begin_unload(name)
                 await loaded.close()
                 self.repository.unload_finished(name, with_member=name in dependents)
+
+    async def ensure_loaded(self, model: str) -> None:
+        if model not in self.repository.model_names():
+            raise InferenceServerError(
+                f"Request for unknown model: '{model}' is not found", StatusCode.NOT_FOUND
+            )
+        if model not in self.models:
+            with contextlib.suppress(InferenceServerError):  # the view says why it failed
+                await self.load(model)
 
     async def version_traffic(self, model: str) -> TrafficPolicy:
         return self._loaded(model).traffic

@@ -42,6 +42,9 @@ SERVE_FLAGS = ENDPOINT_FLAGS | {
     "--host-replicas",
     "--model-file-override-dir",
     "--strict-readiness",
+    "--load-on-demand",
+    "--load-on-demand-timeout-secs",
+    "--memory-budget",
     "--cache-config",
     "--allow-client-shm",
     "--log-file",
@@ -196,3 +199,14 @@ def test_a_nested_settings_model_adds_its_flags_and_gets_its_values():
     assert settings_from_flags(Outer, parser.parse_args(["p"])) == Outer(path="p")
     help_text = parser.format_help()
     assert "--how-many N" in help_text and "how" in help_text
+
+
+def test_a_memory_budget_needs_on_demand_loading_and_a_size():
+    settings = serve_settings("--load-on-demand", "true", "--memory-budget", "30%")
+    assert settings.server.load_on_demand and settings.server.memory_budget == "30%"
+    with pytest.raises(ValueError, match="needs load_on_demand"):
+        serve_settings("--memory-budget", "2GiB")
+    with pytest.raises(ValueError, match="not a size in bytes"):
+        serve_settings("--load-on-demand", "true", "--memory-budget", "lots")
+    with pytest.raises(ValueError, match="none or explicit"):
+        serve_settings("--load-on-demand", "true", "--model-control-mode", "poll")

@@ -114,3 +114,44 @@ async def test_errors_for_models_without_a_deployment(core):
     assert unknown.code == StatusCode.NOT_FOUND
     stats = await server.undeployed_model_error("nope", action="stats")
     assert stats.code == StatusCode.INVALID_ARG
+
+
+@pytest.fixture
+def on_demand(repository):
+    models = InProcessRepository(repository, on_demand=True)
+    yield ServerCore(models, models, models), models
+    asyncio.run(models.close())
+
+
+async def test_on_demand_loads_a_model_on_its_first_inference(on_demand):
+    server, models = on_demand
+    assert not await server.is_deployed("batch_recorder")
+    assert await server.loaded_on_demand("batch_recorder", "infer")
+    assert await server.is_deployed("batch_recorder") and "batch_recorder" in models.models
+
+
+async def test_on_demand_metadata_and_config_load_but_readiness_and_stats_do_not(on_demand):
+    server, models = on_demand
+    assert not await server.loaded_on_demand("batch_recorder", "ready")
+    assert not await server.loaded_on_demand("batch_recorder", "stats")
+    assert models.models == {}
+    assert await server.loaded_on_demand("batch_recorder", "")  # metadata
+    await models.unload("batch_recorder")
+    assert await server.loaded_on_demand("batch_recorder", "config")
+
+
+async def test_on_demand_unknown_model_is_not_found_and_a_broken_one_says_why(on_demand):
+    server, _ = on_demand
+    with pytest.raises(InferenceServerError) as unknown:
+        await server.loaded_on_demand("nope", "infer")
+    assert unknown.value.code == StatusCode.NOT_FOUND
+    assert not await server.loaded_on_demand("broken", "infer")
+    error = await server.undeployed_model_error("broken", action="infer")
+    assert error.code == StatusCode.UNAVAILABLE and "bad_field" in error.message
+
+
+async def test_without_on_demand_nothing_loads(core):
+    server, models = core
+    await models.unload("batch_recorder")
+    assert not await server.loaded_on_demand("batch_recorder", "infer")
+    assert "batch_recorder" not in models.models

@@ -1,0 +1,187 @@
+"""The memory budget of models loaded on demand, beyond Triton: which models to unload, least
+recently used first, so that the ones requested now fit (Triton server#7279).
+
+Ray-free. A model's footprint is what its config declares (``MEMORY_FOOTPRINT``, bytes with
+an optional unit: ``"300MB"``, ``"1.5GiB"``) or, without that, what its replicas measured
+when they loaded it (:class:`~deployments.core.model_slot.SlotStatus`), at least the size of
+its files; times its replicas. The budget is bytes, or a percentage of the smallest node's
+memory as Ray counts it (``"40%"``).
+
+Eviction never picks a model with requests in flight, one requested now, an ensemble (it
+holds no memory of its own) or a model a loaded ensemble uses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+FOOTPRINT_PARAMETER = "MEMORY_FOOTPRINT"
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 10**3,
+    "KB": 10**3,
+    "M": 10**6,
+    "MB": 10**6,
+    "G": 10**9,
+    "GB": 10**9,
+    "KI": 2**10,
+    "KIB": 2**10,
+    "MI": 2**20,
+    "MIB": 2**20,
+    "GI": 2**30,
+    "GIB": 2**30,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+
+
+def parse_bytes(text: str) -> int:
+    """``"512MB"``, ``"1.5GiB"``, ``"1000000"`` -> bytes.
+
+    Raises:
+        ValueError: not a non-negative number with one of the units B, K(B), M(B), G(B),
+            Ki(B), Mi(B), Gi(B).
+    """
+    found = _SIZE.fullmatch(text)
+    unit = found.group(2).upper() if found else ""
+    if found is None or unit not in _UNITS:
+        raise ValueError(f"'{text}' is not a size in bytes (such as 500MB or 2GiB)")
+    return int(float(found.group(1)) * _UNITS[unit])
+
+
+def budget_bytes(setting: str, nodes: Iterable[dict[str, float]]) -> int:
+    """The budget a ``--memory-budget`` setting gives on a cluster of ``nodes`` (their
+    resources as Ray reports them): bytes, or ``N%`` of the smallest node's ``memory``.
+
+    Raises:
+        ValueError: a setting that is neither, or a percentage with no node known.
+    """
+    text = setting.strip()
+    if text.endswith("%"):
+        try:
+            percent = float(text[:-1])
+        except ValueError:
+            raise ValueError(f"memory budget '{setting}' is not a percentage") from None
+        if not 0 < percent <= 100:
+            raise ValueError(f"memory budget '{setting}' must be above 0% and at most 100%")
+        memories = [node.get("memory", 0.0) for node in nodes]
+        if not memories or not min(memories):
+            raise ValueError(f"memory budget '{setting}': no node reports its memory")
+        return int(min(memories) * percent / 100)
+    size = parse_bytes(text)
+    if size <= 0:
+        raise ValueError(f"memory budget '{setting}' must be more than 0 bytes")
+    return size
+
+
+def check_budget_setting(setting: str) -> str:
+    """``setting`` when it is a budget :func:`budget_bytes` can read (on any cluster)."""
+    budget_bytes(setting, [{"memory": 1.0}])
+    return setting
+
+
+def declared_footprint(config: mc.ModelConfig) -> int | None:
+    """The bytes one replica of the model takes, as its ``MEMORY_FOOTPRINT`` parameter says
+    (None: not declared).
+
+    Raises:
+        ValueError: a value that is not a size in bytes.
+    """
+    if FOOTPRINT_PARAMETER not in config.parameters:
+        return None
+    text = config.parameters[FOOTPRINT_PARAMETER].string_value
+    try:
+        return parse_bytes(text)
+    except ValueError as err:
+        raise ValueError(f"parameter '{FOOTPRINT_PARAMETER}': {err}") from None
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A loaded model as the budget sees it.
+
+    ``footprint`` is its bytes over all its replicas; ``last_used`` the wall time its latest
+    request started (its load's when none came); ``in_flight`` its requests running now;
+    ``pinned`` True where it must stay (an ensemble's member, one requested now).
+    """
+
+    name: str
+    footprint: int
+    last_used: float
+    in_flight: int = 0
+    pinned: bool = False
+
+
+@dataclass(frozen=True)
+class EvictionPlan:
+    """What to unload so ``needed`` more bytes fit: ``evict`` (least recently used first),
+    or ``busy`` where the models that could go have requests in flight (wait for them)."""
+
+    evict: list[str]
+    busy: list[str]
+
+    @property
+    def fits(self) -> bool:
+        """Whether unloading ``evict`` makes room (nothing busy stood in the way)."""
+        return not self.busy
+
+
+def plan_evictions(residents: Iterable[Resident], needed: int, capacity: int) -> EvictionPlan:
+    """The least recently used idle models to unload so ``needed`` bytes more fit in
+    ``capacity``.
+
+    ``evict`` is empty when they fit already; idle models go before busy ones. When the idle
+    models are not enough, ``busy`` names the models with requests in flight that would have
+    to go as well (the caller waits for them, and unloads nothing meanwhile). Where even
+    every unpinned model would not make room (pinned models, or a model larger than the
+    budget), the plan evicts the idle ones and the load goes over the budget: a budget must
+    not make a model unservable.
+    """
+    residents = list(residents)
+    used = sum(r.footprint for r in residents)
+    over = used + needed - capacity
+    if over <= 0:
+        return EvictionPlan([], [])
+    candidates = sorted(
+        (r for r in residents if not r.pinned and r.footprint > 0), key=lambda r: r.last_used
+    )
+    evict: list[str] = []
+    for resident in (r for r in candidates if not r.in_flight):
+        if over <= 0:
+            break
+        evict.append(resident.name)
+        over -= resident.footprint
+    busy: list[str] = []
+    for resident in (r for r in candidates if r.in_flight):
+        if over <= 0 or needed > capacity:
+            break
+        busy.append(resident.name)
+        over -= resident.footprint
+    return EvictionPlan(evict, busy)
+
+
+@dataclass(frozen=True)
+class ModelResidency:
+    """One model under the budget: whether it is loaded, the bytes it takes (or took last
+    time), and how many times it was loaded on demand and evicted."""
+
+    model: str
+    resident: bool
+    footprint_bytes: int
+    loads: int
+    evictions: int
+
+
+@dataclass(frozen=True)
+class BudgetUsage:
+    """The budget (0: none, models only load on demand), what loaded models take now, and
+    each model loaded on demand so far."""
+
+    capacity_bytes: int
+    used_bytes: int
+    models: list[ModelResidency]
