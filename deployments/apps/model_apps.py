@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 
 # Serve logs a line per request by default: measurable CPU on the request path.
 ACCESS_LOG_OFF = {"enable_access_log": False}
-_POLL_S = 0.5
+# How often a wait for replicas reads their state (a load on demand waits on it)
+_POLL_S = 0.2
 _STATUS_TIMEOUT_S = 10.0
 _FAILED = ("DEPLOY_FAILED", "UNHEALTHY")
 

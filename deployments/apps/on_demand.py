@@ -143,10 +143,21 @@ class OnDemandLoads:
     async def _load_batch(self, names: list[str]) -> None:
         if not names:
             return
-        if self._budget is not None:
-            await self._make_room(names)
-        await self._load(names)
+        began = time.monotonic()
+        evict = await self._make_room(names) if self._budget is not None else []
+        room_at = time.monotonic()
+        # The evicted models' unloads and the new loads go to Serve together (one deploy
+        # of the shared host does both): an evicted model's memory is freed while the new
+        # ones load, instead of a wait for each in turn.
+        await asyncio.gather(self._evict(evict), self._load(names))
         now = time.time()
+        logger.info(
+            "loaded on demand: %s in %.2f s (%.2f s finding room; evicted %s)",
+            ", ".join(names),
+            time.monotonic() - began,
+            room_at - began,
+            ", ".join(evict) or "none",
+        )
         for name in names:
             if self._serves(name):
                 self._loads[name] = self._loads.get(name, 0) + 1
@@ -155,9 +166,8 @@ class OnDemandLoads:
                 fingerprint = await asyncio.to_thread(self.repository.fingerprint, name)
                 self._failed[name] = fingerprint
         if self._budget is not None:  # measured footprints may exceed the estimates
-            plan = plan_evictions(
-                await self._residents(set(names)), 0, await self._capacity_bytes()
-            )
+            residents = await self._residents(set(names))
+            plan = plan_evictions(residents, 0, await self._capacity_bytes())
             await self._evict(plan.evict)
 
     # ------------------------------------------------------------------ the budget
@@ -169,9 +179,9 @@ class OnDemandLoads:
             self._capacity = budget_bytes(self._budget, nodes)
         return self._capacity
 
-    async def _make_room(self, names: list[str]) -> None:
-        """Unload the least recently used idle models until ``names`` fit the budget; wait
-        (within the timeout) for busy ones that must go."""
+    async def _make_room(self, names: list[str]) -> list[str]:
+        """The least recently used idle models to unload so ``names`` fit the budget, once
+        the busy ones that must go finished (waited for within the timeout)."""
         needed = 0
         for name in names:
             needed += await self._estimate(name, set())
@@ -188,7 +198,7 @@ class OnDemandLoads:
                 )
             await asyncio.sleep(_BUSY_POLL_S)
             plan = plan_evictions(await self._residents(set(names)), needed, capacity)
-        await self._evict(plan.evict)
+        return plan.evict
 
     async def _evict(self, names: list[str]) -> None:
         if not names:
