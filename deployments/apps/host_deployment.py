@@ -8,13 +8,19 @@ replica that runs it in one hop, as a dedicated model's do. Paths of models it d
 :class:`~deployments.apps.replica_api.ModelReplicaApi` as a dedicated one
 (:class:`deployments.apps.handles.ModelHandles` routes there).
 
-The hosted set arrives as ``user_config`` from the repository controller, so adding, reloading
-or removing a model reconfigures the running replicas in place (:class:`ModelHost`). Each
-hosted model runs its instance group's ``count`` instances in every host replica.
+The hosted set is the repository controller's (:class:`HostedSet`): a starting replica asks
+for it and loads it before it takes requests, and the controller sends each change to every
+running replica (``SharedHostApi.host_models``), which applies it in place
+(:class:`ModelHost`). The host's Serve config does not change with the models: a Serve deploy
+per change would reload HAProxy and update every handle's router in the cluster each time
+(BENCHMARKS.md, issue 32). Each hosted model runs its instance group's ``count`` instances in
+every host replica.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -37,12 +43,16 @@ from deployments.apps.model_deployment import ModelSpec, spec_generation
 from deployments.apps.node_response_cache import NodeResponseStore, model_cache
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
-from deployments.apps.repository_access import ControllerCaches, cluster_server_core
+from deployments.apps.repository_access import (
+    ControllerCaches,
+    ControllerHosting,
+    cluster_server_core,
+)
 from deployments.apps.shared_memory_access import replica_regions
 from deployments.apps.trace_control import controller_trace_setting
 from deployments.core.ensemble_model import EnsembleModel
-from deployments.core.model_host import ModelHost
-from deployments.core.model_slot import SlotStatus
+from deployments.core.model_host import HostedSet, ModelHost
+from deployments.core.model_slot import ModelSlot, SlotStatus
 from deployments.core.served_model import ModelMetadata, ServedModel
 from deployments.core.single_model import SingleModel
 from deployments.grpc.model_infer import (
@@ -66,6 +76,9 @@ from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.response_stream import StreamedResponse
 
 HOST_ROUTE_PREFIX = "/v2/models"
+# How often a host replica checks it has the controller's latest hosted set
+CATCH_UP_INTERVAL_S = 2.0
+logger = logging.getLogger(__name__)
 __all__ = ["HOST_APP_NAME", "HOST_DEPLOYMENT_NAME", "TritonModelHost", "hosted_entry"]
 
 
@@ -98,16 +111,57 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         self._routed = RoutedCalls()
         self._cache_store = NodeResponseStore(ControllerCaches())
         self._started = False
+        self._hosting = ControllerHosting()
+        self._revision = -1  # of the hosted set applied last
+        self._applying = asyncio.Lock()  # one hosted set at a time
 
     # ------------------------------------------------------------------ the hosted set
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Serve calls this as the replica starts: it loads the controller's hosted set
+        before taking requests."""
         self.control.adopt_controller_settings()  # once: the first call starts the replica
-        wanted = {name: self._builder(name, entry) for name, entry in user_config["models"].items()}
-        # Endpoints first: a model's routes exist (answering "not ready") while it loads.
-        await self.host.apply(wanted, wait=not self._started)
-        self._started = True
-        for name, entry in user_config["models"].items():
+        if not self._started:
+            await self._apply(await self._hosting.hosted_set())
+            self._started = True
+            self._catching_up = asyncio.get_running_loop().create_task(self._catch_up())
+
+    async def _catch_up(self) -> None:
+        """Take a change sent while this replica was starting (Serve's broadcast reaches
+        running replicas only): compare revisions with the controller now and then."""
+        while True:
+            await asyncio.sleep(CATCH_UP_INTERVAL_S)
+            try:
+                if await self._hosting.hosted_revision() > self._revision:
+                    await self._apply(await self._hosting.hosted_set())
+            except Exception as err:  # the controller busy or restarting: next time
+                logger.debug("hosted set not checked: %r", err)
+
+    async def host_models(self, hosted: HostedSet) -> None:
+        """The controller's new hosted set: load, reload and remove in place (loads run in
+        the background; the models already hosted keep serving meanwhile)."""
+        await self._apply(hosted)
+
+    async def _apply(self, hosted: HostedSet) -> None:
+        async with self._applying:
+            if hosted.revision <= self._revision:
+                return  # an older set than the one applied (sent before it, arrived after)
+            self._revision = hosted.revision
+            models = hosted.models
+            wanted = {name: self._builder(name, entry) for name, entry in models.items()}
+            measured = {
+                name
+                for name, entry in models.items()
+                if entry["kind"] != "ensemble"
+                and ModelSpec.from_user_config(entry["spec"]).measure_footprint
+            }
+            # Endpoints after: a model still on its first load is left to the server's routes.
+            await self.host.apply(wanted, wait=not self._started, measured=measured)
+            self._follow(models)
+
+    def _follow(self, models: dict[str, dict[str, Any]]) -> None:
+        """Each hosted model's traffic policy (in place), and the HTTP routes of all."""
+        for name, entry in models.items():
             if entry["kind"] != "ensemble":  # in place: a changed policy alone loads nothing
                 self.host.slot(name).steer(
                     ModelSpec.from_user_config(entry["spec"]).traffic_policy()
@@ -119,7 +173,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
                 controller_trace_setting,
                 replica_regions(),
             )
-            for name in wanted
+            for name in models
         }
 
     def _builder(self, name: str, entry: dict[str, Any]) -> tuple[str, Callable[[], ServedModel]]:
@@ -185,9 +239,16 @@ class TritonModelHost(HttpIngress, ControlledReplica):
 
     # ------------------------------------------------------------------ HTTP
 
+    def _serving_slot(self, model: str) -> ModelSlot | None:
+        """``model``'s slot once it serves here: a model still on its first load is left to
+        the server's routes, which wait for it where it loads on demand."""
+        slot = self.host.slots.get(model)
+        return slot if slot is not None and slot.serving is not None else None
+
     async def handle_http(self, request: HttpRequest) -> HttpReply:
         parts = request.path.split("/", 4)  # "", "v2", "models", name, rest
-        endpoints = self._endpoints.get(parts[3]) if len(parts) > 3 else None
+        name = parts[3] if len(parts) > 3 else ""
+        endpoints = self._endpoints.get(name) if self._serving_slot(name) else None
         if endpoints is None:
             return await self._server.handle(request)
         return await endpoints.handle(request)
@@ -206,7 +267,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         return await self._infer_grpc(parse_infer_request(message), message)
 
     async def _infer_grpc(self, request: pb.ModelInferRequest, message: bytes = b"") -> bytes:
-        slot = self.host.slots.get(request.model_name)
+        slot = self._serving_slot(request.model_name)
         if slot is not None:
             return await self._routed.infer(slot.infer, request)
         # Not hosted: unknown, unavailable, or just deployed on its own (HAProxy's routes lag
@@ -222,7 +283,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         request is answered by the model it names: here, or where that model is deployed."""
 
         async for reply in self._routed.stream(
-            request_stream, self.host.slots.get, lambda: self._grpc.forward_stream
+            request_stream, self._serving_slot, lambda: self._grpc.forward_stream
         ):
             yield reply
 
@@ -276,5 +337,8 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         return statistics
 
     async def __del__(self) -> None:
+        catching_up = getattr(self, "_catching_up", None)
+        if catching_up is not None:
+            catching_up.cancel()
         await self.control.close()
         await self.host.close()

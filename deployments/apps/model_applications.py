@@ -48,13 +48,15 @@ def model_application(
     python_stubs: bool = False,
     traffic: TrafficPolicy | None = None,
     recycle_round: int = 0,
+    measure_footprint: bool = False,
 ) -> Application:
     """The Serve application of one scanned, available model (single model or ensemble) on a
     cluster of ``nodes`` (:func:`cluster.resources.node_resources`; None: ask Ray);
     ``python_stubs``: a python model's instances run in stub processes of their own;
     ``traffic``: the repository API's traffic policy (None: the config's); ``recycle_round``:
     how many times its replicas were recycled (each round is a new code version, which Serve
-    rolls out replica by replica: :mod:`cluster.recycling`)."""
+    rolls out replica by replica: :mod:`cluster.recycling`); ``measure_footprint``: its replicas
+    measure the memory its load adds (a memory budget counts it)."""
     try:
         placement = placement_for(model.config, node_resources() if nodes is None else nodes)
     except ValueError as err:
@@ -81,7 +83,7 @@ def model_application(
             TritonModel.options(
                 name=group.name,
                 user_config=_model_spec(
-                    model, group, generation, python_stubs, traffic
+                    model, group, generation, python_stubs, traffic, measure_footprint
                 ).to_user_config(),
                 **_options(group, surge),
                 **sequences,
@@ -120,6 +122,7 @@ def _model_spec(
     generation: str,
     python_stubs: bool,
     traffic: TrafficPolicy | None = None,
+    measure_footprint: bool = False,
 ) -> ModelSpec:
     return ModelSpec.from_repository_model(
         model,
@@ -130,6 +133,7 @@ def _model_spec(
         gpu_memory_fraction=group.gpu_memory_fraction,
         python_stubs=python_stubs,
         traffic=traffic,
+        measure_footprint=measure_footprint,
     )
 
 
@@ -138,6 +142,7 @@ def _spec(
     generation: str,
     python_stubs: bool = False,
     traffic: TrafficPolicy | None = None,
+    measure_footprint: bool = False,
 ) -> ModelSpec | EnsembleSpec:
     if model.is_ensemble:
         return EnsembleSpec(
@@ -145,7 +150,7 @@ def _spec(
         )
     # Hosted models run on CPU in the host's process: their first group names the instances.
     group = placement_for(model.config).groups[0]
-    return _model_spec(model, group, generation, python_stubs, traffic)
+    return _model_spec(model, group, generation, python_stubs, traffic, measure_footprint)
 
 
 def hosted_model_entry(
@@ -153,21 +158,22 @@ def hosted_model_entry(
     generation: str,
     python_stubs: bool = False,
     traffic: TrafficPolicy | None = None,
+    measure_footprint: bool = False,
 ) -> dict[str, Any]:
     """One model of the shared host's ``user_config``."""
-    return hosted_entry(_spec(model, generation, python_stubs, traffic))
+    return hosted_entry(_spec(model, generation, python_stubs, traffic, measure_footprint))
 
 
 def host_application(
-    hosted: dict[str, dict[str, Any]],
-    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
-    replicas: int = 1,
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE, replicas: int = 1
 ) -> Application:
-    """The shared host serving ``hosted`` (``hosted_model_entry`` by model name) on
-    ``replicas`` replicas."""
+    """The shared host on ``replicas`` replicas; the controller sends them the models to serve
+    (:class:`~deployments.core.model_host.HostedSet`)."""
     deployment = TritonModelHost.options(
         name=HOST_DEPLOYMENT_NAME,
-        user_config={"models": hosted},
+        # Constant: Serve calls reconfigure as a replica starts, which then asks the
+        # controller for its models.
+        user_config={"hosted_by": "repository controller"},
         num_replicas=replicas,
         max_ongoing_requests=HOST_MAX_ONGOING_REQUESTS,
         graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_TIMEOUT_S,

@@ -20,6 +20,7 @@ from ray.serve import Application
 from cluster.serve_internals import delete_without_waiting, run_many_without_waiting
 from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, broadcast
 from deployments.apps.replica_api import ModelReplicaApi, SharedHostApi
+from deployments.core.model_host import HostedSet
 from deployments.core.model_slot import SlotStatus
 from repo_adapter.model_state import ModelState, VersionStates
 
@@ -29,22 +30,26 @@ logger = logging.getLogger(__name__)
 ACCESS_LOG_OFF = {"enable_access_log": False}
 # How often a wait for replicas reads their state (a load on demand waits on it)
 _POLL_S = 0.2
+# Serve's status costs its caller tens of ms of CPU (Ray 2.60 pickles each deployment's
+# request router class): read at most once a second, however many waits poll.
+_SERVE_STATUS_MAX_AGE_S = 1.0
 _STATUS_TIMEOUT_S = 10.0
 _FAILED = ("DEPLOY_FAILED", "UNHEALTHY")
 
 
 class _SharedSnapshot:
-    """One fetch shared by every wait in flight, at most every half poll interval."""
+    """One fetch shared by every wait in flight, at most every ``max_age_s``."""
 
-    def __init__(self, fetch: Callable[[], Awaitable[Any]]) -> None:
+    def __init__(self, fetch: Callable[[], Awaitable[Any]], max_age_s: float) -> None:
         self._fetch = fetch
+        self._max_age_s = max_age_s
         self._value: Any = None
         self._at = 0.0
         self._lock = asyncio.Lock()
 
     async def get(self) -> Any:
         async with self._lock:
-            if self._value is None or time.monotonic() - self._at > _POLL_S / 2:
+            if self._value is None or time.monotonic() - self._at > self._max_age_s:
                 self._value = await self._fetch()
                 self._at = time.monotonic()
             return self._value
@@ -72,10 +77,12 @@ class ServeModelApps:
     """Applies model changes to Serve, one application per model (named after it)."""
 
     def __init__(self) -> None:
-        self._serve_status = _SharedSnapshot(lambda: asyncio.to_thread(serve.status))
+        self._serve_status = _SharedSnapshot(
+            lambda: asyncio.to_thread(serve.status), _SERVE_STATUS_MAX_AGE_S
+        )
         # Each deployment's (status, trigger) at the last replica_failures call.
         self._deployment_states: dict[tuple[str, str], tuple[str, str]] = {}
-        self._hosted = _SharedSnapshot(self._fetch_hosted_statuses)
+        self._hosted = _SharedSnapshot(self._fetch_hosted_statuses, _POLL_S / 2)
 
     async def deploy(self, targets: list[DeployTarget]) -> None:
         """Deploy (or update) ``targets`` together, without waiting for them to run."""
@@ -144,6 +151,12 @@ class ServeModelApps:
     async def hosted_statuses(self, model: str) -> list[SlotStatus | None]:
         """``model``'s slot status in every replica of the shared host (None: not there)."""
         return [statuses.get(model) for statuses in await self._hosted.get()]
+
+    async def send_hosted_set(self, hosted: HostedSet) -> None:
+        """``hosted`` to every running replica of the shared host (one starting now takes it
+        from the controller)."""
+        target = (HOST_DEPLOYMENT_NAME, HOST_APP_NAME)
+        await broadcast([target], SharedHostApi.host_models, hosted)
 
     async def _fetch_hosted_statuses(self) -> list[dict[str, SlotStatus]]:
         target = (HOST_DEPLOYMENT_NAME, HOST_APP_NAME)

@@ -94,7 +94,13 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
         traffic = self.traffic(user_config)
         if traffic is not None:  # in place: a changed policy alone loads nothing
             self.slot.steer(traffic)
-        await self.slot.load(spec_generation(user_config), build)
+        await self.slot.load(
+            spec_generation(user_config), build, self.measures_footprint(user_config)
+        )
+
+    def measures_footprint(self, user_config: dict[str, Any]) -> bool:
+        """Whether the load ``user_config`` asks for measures the memory it adds."""
+        return False
 
     def traffic(self, user_config: dict[str, Any]) -> TrafficPolicy | None:
         """The traffic policy ``user_config`` sets (None: the model has none)."""
@@ -258,6 +264,8 @@ class ModelSpec:
     backend_config: dict[str, str] = field(default_factory=dict)  # that library's settings
     # The traffic policy the repository API set (TrafficPolicy.to_json); None: the config's
     traffic: dict[str, Any] | None = None
+    # Measure the memory its load adds (for a memory budget; a declared footprint needs none)
+    measure_footprint: bool = False
 
     @classmethod
     def from_repository_model(
@@ -270,6 +278,7 @@ class ModelSpec:
         gpu_memory_fraction: float = 0.0,
         python_stubs: bool = False,
         traffic: TrafficPolicy | None = None,
+        measure_footprint: bool = False,
     ) -> ModelSpec:
         assert model.config is not None
         return cls(
@@ -287,6 +296,7 @@ class ModelSpec:
             backend_file=str(model.backend_file or ""),
             backend_config=dict(model.backend_config),
             traffic=traffic.to_json() if traffic is not None else None,
+            measure_footprint=measure_footprint,
         )
 
     def to_user_config(self) -> dict[str, Any]:
@@ -366,3 +376,6 @@ class TritonModel(ServedModelDeployment):
 
     def traffic(self, user_config: dict[str, Any]) -> TrafficPolicy | None:
         return ModelSpec.from_user_config(user_config).traffic_policy()
+
+    def measures_footprint(self, user_config: dict[str, Any]) -> bool:
+        return ModelSpec.from_user_config(user_config).measure_footprint

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ from deployments.apps.model_apps import (
     same_states,
     settled,
 )
+from deployments.core.model_host import HostedSet
 from deployments.core.model_slot import SlotStatus
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from repo_adapter.repository import RepositoryModel
@@ -60,6 +62,7 @@ class Placed:
     nodes: list[dict[str, float]] = field(default_factory=list)
     traffic: TrafficPolicy | None = None  # the repository API's policy (None: the config's)
     recycle_round: int = 0  # how many times its replicas were recycled (cluster/recycling.py)
+    measure_footprint: bool = False  # its replicas measure the memory its load adds
 
 
 class ModelHome(ABC):
@@ -144,6 +147,7 @@ class OwnApplication(ModelHome):
                 python_stubs=self.python_stubs,
                 traffic=entry.traffic,
                 recycle_round=entry.recycle_round,
+                measure_footprint=entry.measure_footprint,
             )
             targets.append(DeployTarget(name, application, f"/v2/models/{name}"))
             self._held[name] = entry.placement
@@ -234,9 +238,10 @@ class RoutedGroups(OwnApplication):
 
 
 class SharedHost(ModelHome):
-    """CPU models served together by the shared host application (its ``user_config`` holds
-    every hosted model; changing it reconfigures the running replicas in place), each of its
-    ``replicas`` holding them all."""
+    """CPU models served together by the shared host application, each of its ``replicas``
+    holding them all. This home owns the hosted set (:class:`HostedSet`): the application is
+    deployed once, its replicas take the set as they start, and each change goes straight to
+    the running replicas, which apply it in place."""
 
     def __init__(
         self,
@@ -247,24 +252,39 @@ class SharedHost(ModelHome):
     ):
         super().__init__(apps, max_input_size, python_stubs)
         self.replicas = replicas
-        self._entries: dict[str, dict[str, Any]] = {}  # the host's user_config, by model
-        # One deploy of the host at a time, each built from the entries as they are then: two
-        # concurrent deploys (an ensemble and its member unloading together) could reach Serve
-        # in either order and leave the older model set deployed.
-        self._deploys = asyncio.Lock()
+        self._entries: dict[str, dict[str, Any]] = {}  # the hosted set, by model
+        self._revision = 0
+        self._deployed = False  # the host application, once deployed by this home
+        # One change of the host at a time, each sent as the entries are then (replicas also
+        # drop a set older than one they applied).
+        self._publishing = asyncio.Lock()
 
     async def deploy(self, placed: list[Placed]) -> None:
         for entry in placed:
             self._entries[entry.model.name] = hosted_model_entry(
-                entry.model, entry.generation, self.python_stubs, entry.traffic
+                entry.model,
+                entry.generation,
+                self.python_stubs,
+                entry.traffic,
+                entry.measure_footprint,
             )
             self._held[entry.model.name] = entry.placement
-        await self._deploy()
+        await self._publish()
 
-    async def _deploy(self) -> None:
-        async with self._deploys:
-            host = host_application(self._entries, self.max_input_size, self.replicas)
-            await self.apps.deploy([DeployTarget(HOST_APP_NAME, host, HOST_ROUTE_PREFIX)])
+    def hosted_set(self) -> HostedSet:
+        """The models the host's replicas are to serve now."""
+        return HostedSet(self._revision, dict(self._entries))
+
+    async def _publish(self) -> None:
+        """Send the hosted set to the running replicas (deploying the application first)."""
+        async with self._publishing:
+            self._revision = max(self._revision + 1, time.time_ns())
+            if not self._deployed:
+                host = host_application(self.max_input_size, self.replicas)
+                await self.apps.deploy([DeployTarget(HOST_APP_NAME, host, HOST_ROUTE_PREFIX)])
+                self._deployed = True  # its replicas ask for the set as they start
+                return
+            await self.apps.send_hosted_set(self.hosted_set())
 
     async def wait_loaded(self, name: str, generation: str | None, timeout_s: float) -> LoadOutcome:
         async def outcome() -> LoadOutcome | None:
@@ -275,7 +295,7 @@ class SharedHost(ModelHome):
     async def remove(self, name: str) -> None:
         self._held.pop(name, None)
         if self._entries.pop(name, None) is not None:
-            await self._deploy()
+            await self._publish()
 
     async def wait_removed(self, name: str, timeout_s: float) -> bool:
         return await self.apps.wait_unhosted(name, timeout_s)

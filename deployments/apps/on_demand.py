@@ -88,7 +88,7 @@ class OnDemandLoads:
         """
         if self._serves(name):
             return
-        if name not in self.repository.model_names():
+        if name not in self.repository.records and name not in self.repository.model_names():
             raise InferenceServerError(
                 f"Request for unknown model: '{name}' is not found", StatusCode.NOT_FOUND
             )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from deployments.core.model_host import HostedSet
 from deployments.core.model_slot import SlotStatus
 from deployments.core.served_model import ModelMetadata
 from deployments.http.messages import HttpReply, HttpRequest
@@ -97,4 +98,8 @@ class SharedHostApi(Protocol):
 
     def hosted_statuses(self) -> dict[str, SlotStatus]:
         """Every hosted model's slot status in this replica."""
+        ...
+
+    async def host_models(self, hosted: HostedSet) -> None:
+        """Serve ``hosted`` from now on: load, reload and remove in place."""
         ...

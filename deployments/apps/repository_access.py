@@ -11,6 +11,7 @@ import ray
 from ray import serve
 
 from deployments.apps.handles import ModelHandles
+from deployments.core.model_host import HostedSet
 from deployments.core.server_core import RepositoryView, ServerCore
 from deployments.core.shared_memory import SystemRegion
 from deployments.observability.log_settings import LogSettingsDocument
@@ -106,6 +107,16 @@ class ControllerCaches(_ControllerHandle):
     async def __call__(self) -> str | None:
         node_id = ray.get_runtime_context().get_node_id()
         return await self._read(lambda handle: handle.response_cache.remote(node_id))
+
+
+class ControllerHosting(_ControllerHandle):
+    """The shared host's models, as the controller holds them (a starting host replica's)."""
+
+    async def hosted_set(self) -> HostedSet:
+        return await self._read(lambda handle: handle.hosted_set.remote())
+
+    async def hosted_revision(self) -> int:
+        return await self._read(lambda handle: handle.hosted_revision.remote())
 
 
 class ControllerSharedMemory(_ControllerHandle):

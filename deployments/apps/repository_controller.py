@@ -57,6 +57,7 @@ from deployments.apps.trace_control import (
     startup_exporter,
     startup_trace_settings,
 )
+from deployments.core.model_host import HostedSet
 from deployments.core.response_cache import CacheUsage
 from deployments.core.server_core import RepositoryView
 from deployments.core.shared_memory import CLIENT_SHM_DISABLED, RegionTable, SystemRegion
@@ -250,10 +251,18 @@ class RepositoryController:
     ) -> Placed:
         """``model`` to deploy with what this controller keeps for it: the traffic policy the
         repository API set, and its recycling round (a deploy keeps the replicas' code
-        version unless the round changed)."""
+        version unless the round changed); under a memory budget, whether its replicas
+        measure its footprint (it declares none)."""
         name = model.name
+        measure = self.spec.memory_budget is not None and placement.footprint is None
         return Placed(
-            model, generation, placement, nodes, self._traffic.get(name), self._recycler.round(name)
+            model,
+            generation,
+            placement,
+            nodes,
+            self._traffic.get(name),
+            self._recycler.round(name),
+            measure,
         )
 
     def _served_home(self, name: str) -> tuple[ModelHome, ModelPlacement] | None:
@@ -588,6 +597,15 @@ class RepositoryController:
 
     def system_region_status(self, name: str) -> list[SystemRegion]:
         return self._regions.status(name)
+
+    def hosted_set(self) -> HostedSet:
+        """The models the shared host's replicas are to serve (a replica takes it as it
+        starts)."""
+        return self.homes.host.hosted_set()
+
+    def hosted_revision(self) -> int:
+        """The revision of that set (a host replica that missed a change sees it is behind)."""
+        return self.homes.host.hosted_set().revision
 
     def model_scaling(self) -> list[ModelScaling]:
         """Each served model's replicas and the scale-ups and scale-downs seen (``/metrics``)."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from typing import Any
 
 from deployments.core.model_slot import BuildModel, ModelSlot, SlotStatus
 from deployments.observability.statistics import VersionMetrics
@@ -23,6 +25,17 @@ logger = logging.getLogger(__name__)
 HostedModels = Mapping[str, tuple[str, BuildModel]]  # model -> (generation, how to build it)
 
 
+@dataclass(frozen=True)
+class HostedSet:
+    """What a host's replicas are to serve, as its owner (the repository controller) sends it:
+    each model's entry by name (the shared host's format: ``hosted_entry``). ``revision``
+    orders the sets (wall-clock ns, so a restarted owner's come later): a replica ignores a
+    set older than the one it applied, whichever arrives last."""
+
+    revision: int
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
 class ModelHost:
     """The models one process hosts, by name."""
 
@@ -30,11 +43,14 @@ class ModelHost:
         self.slots: dict[str, ModelSlot] = {}
         self._tasks: set[asyncio.Task] = set()
 
-    async def apply(self, wanted: HostedModels, wait: bool = False) -> None:
+    async def apply(
+        self, wanted: HostedModels, wait: bool = False, measured: Set[str] = frozenset()
+    ) -> None:
         """Host exactly ``wanted``: load new models, reload changed ones, remove the rest.
 
         ``wait`` awaits every first load (a replica starting up); otherwise loads run in the
-        background and the models already hosted keep serving meanwhile.
+        background and the models already hosted keep serving meanwhile. The loads of
+        ``measured`` models measure the memory they add (:class:`SlotStatus`).
         """
         for name in [n for n in self.slots if n not in wanted]:
             self._background(self._remove(name, self.slots.pop(name)))
@@ -43,7 +59,7 @@ class ModelHost:
             slot = self.slots.get(name)
             if slot is None:
                 slot = self.slots[name] = ModelSlot(name)
-            loads.append(slot.load(generation, build))
+            loads.append(slot.load(generation, build, name in measured))
         if wait:
             await asyncio.gather(*loads)
         else:

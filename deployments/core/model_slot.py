@@ -62,8 +62,11 @@ def _tree_rss() -> int:
     return total
 
 
-async def _build_measured(build: BuildModel) -> tuple[ServedModel, int]:
-    """``build()`` on a worker thread, and the resident memory it added (0 or more)."""
+async def _build(build: BuildModel, measure: bool) -> tuple[ServedModel, int]:
+    """``build()`` on a worker thread, and the resident memory it added where ``measure``
+    (else 0)."""
+    if not measure:
+        return await asyncio.to_thread(build), 0
     global _measured_loads
     loop = asyncio.get_running_loop()
     if _measured_loads is None or _measured_loads[0] is not loop:
@@ -128,11 +131,13 @@ class ModelSlot:
 
     # ------------------------------------------------------------------ replacement
 
-    async def load(self, generation: str, build: BuildModel) -> None:
+    async def load(self, generation: str, build: BuildModel, measure: bool = False) -> None:
         """Make ``generation`` (built by ``build``) the served model.
 
         The first call loads before returning; later calls start the load in the background
         and return at once. Asking for the generation already serving or loading does nothing.
+        ``measure``: record the resident memory the load adds (loads measured in one process
+        run one at a time).
         """
         if generation in (self._target, self._generation) and self._model is not None:
             if generation == self._generation and self._loading is not None:
@@ -145,15 +150,15 @@ class ModelSlot:
         if self._loading is not None:
             self._loading.cancel()
         if self._model is None:
-            model, self._footprint = await _build_measured(build)
+            model, self._footprint = await _build(build, measure)
             self._model = self._steered(model)
             self._generation = generation
             return
-        self._loading = asyncio.create_task(self._replace(generation, build))
+        self._loading = asyncio.create_task(self._replace(generation, build, measure))
 
-    async def _replace(self, generation: str, build: BuildModel) -> None:
+    async def _replace(self, generation: str, build: BuildModel, measure: bool) -> None:
         try:
-            fresh, footprint = await _build_measured(build)
+            fresh, footprint = await _build(build, measure)
         except Exception as err:  # the builders catch model errors; this is a bug
             logger.exception("model '%s': building generation %s failed", self.name, generation)
             self._error = f"{type(err).__name__}: {err}"

@@ -117,3 +117,31 @@ async def test_a_reload_lets_running_sequences_finish_on_the_generation_they_sta
     await asyncio.sleep(0.8)  # sequence_sum idles sequences out after 0.5 s
     assert slot._retiring == []  # version 1 closed once it held no sequence
     await slot.close()
+
+
+async def test_status_tells_the_memory_budget_what_runs_and_when_it_was_last_used(tmp_path):
+    write_adder(tmp_path, "m", offset=1.0)
+    slot = ModelSlot("m")
+    await slot.load("g1", model_builder(tmp_path, "m"))
+    idle = slot.status()
+    assert (idle.in_flight, idle.last_used, idle.footprint_bytes) == (0, 0.0, 0)  # not measured
+    assert await answer(slot) == 2.0
+    used = slot.status()
+    assert used.last_used > 0 and used.in_flight == 0
+    await slot.close()
+
+
+async def test_a_measured_load_records_the_memory_it_added(tmp_path):
+    write_adder(tmp_path, "m", offset=1.0)
+    slot = ModelSlot("m")
+    ballast: list[bytearray] = []
+
+    def build():
+        ballast.append(bytearray(64 * 2**20))  # 64 MiB the load keeps, touched
+        ballast[0][::4096] = b"x" * len(ballast[0][::4096])
+        return model_builder(tmp_path, "m")()
+
+    await slot.load("g1", build, measure=True)
+    assert slot.status().footprint_bytes >= 60 * 2**20
+    assert await answer(slot) == 2.0
+    await slot.close()
