@@ -2,7 +2,7 @@
 budget served to clients cycling through more models than fit.
 
 ``python -m benchmarks.on_demand [--models 200] [--cycled 60] [--fit 20] [--clients 8]
-[--passes 2] [--burst 20]``
+[--passes 2] [--burst 20] [--python-instances stub-process|in-replica]``
 
 A generated repository of ``--models`` small models (python in stub processes and ONNX,
 alternating), each declaring ``MEMORY_FOOTPRINT 10MB`` and answering ``IN + its number``.
@@ -111,7 +111,15 @@ def run(root: Path, fit: int, args: argparse.Namespace) -> tuple[RunOutcome, flo
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     budget = f"{fit * FOOTPRINT_MB}MB"
     command = rayton_serve_command(
-        root, http_port, grpc_port, "--load-on-demand", "true", "--memory-budget", budget
+        root,
+        http_port,
+        grpc_port,
+        "--load-on-demand",
+        "true",
+        "--memory-budget",
+        budget,
+        "--python-instances",
+        args.python_instances,
     )
     command[command.index("--metrics-port") + 1] = str(metrics_port)
     server = ServerProcess(
@@ -137,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--burst", type=int, default=20)
+    parser.add_argument(
+        "--python-instances", choices=("stub-process", "in-replica"), default="stub-process"
+    )
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="rayton-on-demand-")) / "repository"
     write_repository(root, args.models)

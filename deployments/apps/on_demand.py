@@ -33,7 +33,7 @@ from deployments.apps.model_homes import ModelHomes
 from deployments.core.model_slot import SlotStatus
 from repo_adapter.ensemble import member_names
 from repo_adapter.errors import InferenceServerError, StatusCode
-from repo_adapter.live_repository import LiveRepository
+from repo_adapter.live_repository import UNLOADING, LiveRepository
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +76,11 @@ class OnDemandLoads:
 
     # ------------------------------------------------------------------ requests
 
-    async def ensure_loaded(self, name: str) -> None:
-        """Return once ``name`` serves, loading it (and what it needs) first.
+    async def ensure_loaded(self, name: str) -> bool:
+        """Return once ``name`` serves, loading it (and what it needs) first; whether it
+        serves (False: its load failed).
 
-        Returns without loading a model whose last load failed and whose files did not
+        Returns False without loading a model whose last load failed and whose files did not
         change since: the caller answers its load error.
 
         Raises:
@@ -87,7 +88,7 @@ class OnDemandLoads:
                 UNAVAILABLE when it did not load within the timeout (its load goes on).
         """
         if self._serves(name):
-            return
+            return True
         if name not in self.repository.records and name not in self.repository.model_names():
             raise InferenceServerError(
                 f"Request for unknown model: '{name}' is not found", StatusCode.NOT_FOUND
@@ -95,7 +96,7 @@ class OnDemandLoads:
         failed = self._failed.get(name)
         if failed is not None:
             if failed == await asyncio.to_thread(self.repository.fingerprint, name):
-                return
+                return False
             del self._failed[name]
         future = self._pending.get(name)
         if future is None:
@@ -110,10 +111,12 @@ class OnDemandLoads:
                 f"{self.timeout_s:g} s (--load-on-demand-timeout-secs); its load goes on",
                 StatusCode.UNAVAILABLE,
             ) from None
+        return self._serves(name)
 
     def _serves(self, name: str) -> bool:
+        """Whether ``name`` serves and goes on serving (not being unloaded)."""
         record = self.repository.records.get(name)
-        return record is not None and record.served is not None
+        return record is not None and record.served is not None and record.pending is not UNLOADING
 
     async def _run(self) -> None:
         while True:

@@ -80,9 +80,9 @@ class ControllerRepository(_ControllerHandle):
     async def set_version_traffic(self, model: str, policy: TrafficPolicy) -> TrafficPolicy:
         return await self.handle.set_version_traffic.remote(model, policy)
 
-    async def ensure_loaded(self, model: str) -> None:
+    async def ensure_loaded(self, model: str) -> bool:
         # Bounded by the controller (--load-on-demand-timeout-secs), not by READ_TIMEOUT_S.
-        await self.handle.ensure_loaded.remote(model)
+        return await self.handle.ensure_loaded.remote(model)
 
 
 class ControllerSettings(_ControllerHandle):

@@ -541,9 +541,10 @@ class RepositoryController:
                 )
             return policy
 
-    async def ensure_loaded(self, name: str) -> None:
+    async def ensure_loaded(self, name: str) -> bool:
         """``--load-on-demand``: return once ``name`` serves, loading it first (within the
-        memory budget); see :class:`~deployments.apps.on_demand.OnDemandLoads`.
+        memory budget); whether it serves (False: its load failed). See
+        :class:`~deployments.apps.on_demand.OnDemandLoads`.
 
         Raises:
             InferenceServerError: UNAVAILABLE on a server that does not load on demand, or
@@ -554,7 +555,7 @@ class RepositoryController:
                 "this server does not load models on demand (--load-on-demand)",
                 StatusCode.UNAVAILABLE,
             )
-        await self._on_demand.ensure_loaded(name)
+        return await self._on_demand.ensure_loaded(name)
 
     async def memory_budget(self) -> BudgetUsage | None:
         """The memory budget and what each model loaded on demand takes (None: this server

@@ -118,6 +118,7 @@ class ModelSlot:
         self._error = ""
         self._in_flight: dict[int, int] = {}  # id(model) -> requests running on it
         self._loading: asyncio.Task | None = None
+        self._starting: asyncio.Future[None] | None = None  # the first load, while it runs
         self._closed = False
         # A sequence model's replica: runs each sequence where it is held (None: all here)
         self.sequences: SequenceRouting | None = None
@@ -137,8 +138,11 @@ class ModelSlot:
         The first call loads before returning; later calls start the load in the background
         and return at once. Asking for the generation already serving or loading does nothing.
         ``measure``: record the resident memory the load adds (loads measured in one process
-        run one at a time).
+        run one at a time). A call while the first load runs waits for it first: one model
+        is never built twice at once.
         """
+        if self._starting is not None:
+            await asyncio.shield(self._starting)
         if generation in (self._target, self._generation) and self._model is not None:
             if generation == self._generation and self._loading is not None:
                 self._loading.cancel()  # back to what serves: drop a pending replacement
@@ -150,11 +154,21 @@ class ModelSlot:
         if self._loading is not None:
             self._loading.cancel()
         if self._model is None:
-            model, self._footprint = await _build(build, measure)
-            self._model = self._steered(model)
-            self._generation = generation
+            self._starting = asyncio.ensure_future(self._load_first(generation, build, measure))
+            try:
+                await asyncio.shield(self._starting)
+            finally:
+                self._starting = None
             return
         self._loading = asyncio.create_task(self._replace(generation, build, measure))
+
+    async def _load_first(self, generation: str, build: BuildModel, measure: bool) -> None:
+        model, footprint = await _build(build, measure)
+        if self._closed:  # removed while it loaded
+            await _close(model)
+            return
+        self._model, self._footprint = self._steered(model), footprint
+        self._generation = generation
 
     async def _replace(self, generation: str, build: BuildModel, measure: bool) -> None:
         try:

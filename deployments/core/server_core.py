@@ -129,9 +129,9 @@ class Repository(Protocol):
 
     async def status(self) -> StatusDocument: ...
 
-    async def ensure_loaded(self, model: str) -> None:
+    async def ensure_loaded(self, model: str) -> bool:
         """On a server that loads models on demand: return once ``model`` serves, loading it
-        first (returns without serving it where its load failed: the view says why)."""
+        first; whether it serves (False where its load failed: the view says why)."""
         ...
 
 
@@ -219,18 +219,22 @@ class ServerCore:
     async def is_deployed(self, model: str) -> bool:
         return model in (await self.view()).served
 
-    async def loaded_on_demand(self, model: str, action: str) -> bool:
-        """Whether ``model``, not deployed when asked, serves now that it was loaded on
-        demand. Inference, metadata and config requests load it (and wait, bounded); other
-        requests (readiness, statistics) and servers without ``--load-on-demand`` do not.
+    async def serves_now(self, model: str, action: str) -> bool:
+        """Whether ``model`` serves, for a request that found no replica of it on its way.
+
+        Where models load on demand, inference, metadata and config requests ask the
+        repository, which loads the model first (the request waits, bounded), or waits for
+        one being unloaded to load again: the cached view may still list a model just
+        unloaded. Other requests (readiness, statistics), and every request on other servers,
+        go by the cached view.
 
         Raises:
             InferenceServerError: the load did not finish in time, or the model is unknown.
         """
-        if action not in ON_DEMAND_ACTIONS or not (await self.view()).on_demand:
-            return False
-        await self.repository.ensure_loaded(model)
-        return model in (await self.view(fresh=True)).served
+        view = await self.view()
+        if view.on_demand and action in ON_DEMAND_ACTIONS:
+            return await self.repository.ensure_loaded(model)
+        return model in view.served
 
     async def server_metadata(self) -> ServerMetadata:
         extensions = list(EXTENSIONS)

@@ -453,9 +453,15 @@ class SingleModel:
             shadow.cancel()
         for runner in self.runners.values():
             await runner.batcher.close()
-            for backend in runner.backends:
-                backend.unload()
+            # Off the event loop: a python instance's unload waits for its finalize() and its
+            # process to end, while the replica's other models keep serving.
+            await asyncio.to_thread(_unload_all, runner.backends)
         self.runners.clear()
+
+
+def _unload_all(backends: list[Backend]) -> None:
+    for backend in backends:
+        backend.unload()
 
 
 def _end_failed(stream: ResponseStream, execution: asyncio.Future[InferResponse]) -> None:

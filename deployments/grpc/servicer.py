@@ -82,7 +82,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ------------------------------------------------------------------ model calls
 
     async def _require_deployed(self, model: str, version: str, action: str) -> None:
-        if await self.core.is_deployed(model) or await self.core.loaded_on_demand(model, action):
+        if await self.core.serves_now(model, action):
             return
         raise await self.core.undeployed_model_error(model, version, action)
 

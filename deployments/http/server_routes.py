@@ -176,9 +176,7 @@ class ServerHttpEndpoints:
         if action not in MODEL_ACTIONS:
             return json_response(NOT_FOUND, 404)  # no route, whatever the model
         if self._forward is not None and FORWARDED_HEADER not in request.headers:
-            if await self.core.is_deployed(model) or await self.core.loaded_on_demand(
-                model, action
-            ):
+            if await self.core.serves_now(model, action):
                 return await self._forward_to(model, action, request)
         if action == "ready" and await self.core.is_unavailable(model):
             return json_response({"error": "Model version not ready"}, 400)

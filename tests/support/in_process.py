@@ -105,7 +105,7 @@ class InProcessRepository:
                 await loaded.close()
                 self.repository.unload_finished(name, with_member=name in dependents)
 
-    async def ensure_loaded(self, model: str) -> None:
+    async def ensure_loaded(self, model: str) -> bool:
         if model not in self.repository.model_names():
             raise InferenceServerError(
                 f"Request for unknown model: '{model}' is not found", StatusCode.NOT_FOUND
@@ -113,6 +113,7 @@ class InProcessRepository:
         if model not in self.models:
             with contextlib.suppress(InferenceServerError):  # the view says why it failed
                 await self.load(model)
+        return model in self.models
 
     async def version_traffic(self, model: str) -> TrafficPolicy:
         return self._loaded(model).traffic

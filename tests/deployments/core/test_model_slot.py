@@ -145,3 +145,35 @@ async def test_a_measured_load_records_the_memory_it_added(tmp_path):
     assert slot.status().footprint_bytes >= 60 * 2**20
     assert await answer(slot) == 2.0
     await slot.close()
+
+
+async def test_a_load_asked_again_while_the_first_runs_builds_the_model_once(tmp_path):
+    write_adder(tmp_path, "m", offset=1.0)
+    slot = ModelSlot("m")
+    gate = threading.Event()
+    builds = []
+
+    def build():
+        builds.append(1)
+        return model_builder(tmp_path, "m", gate)()
+
+    first = asyncio.ensure_future(slot.load("g1", build))
+    await asyncio.sleep(0.05)
+    again = asyncio.ensure_future(slot.load("g1", build))  # the host applied a newer set
+    await asyncio.sleep(0.05)
+    gate.set()
+    await asyncio.gather(first, again)
+    assert len(builds) == 1 and await answer(slot) == 2.0
+    await slot.close()
+
+
+async def test_a_slot_closed_during_its_first_load_closes_what_it_built(tmp_path):
+    write_adder(tmp_path, "m", offset=1.0)
+    slot = ModelSlot("m")
+    gate = threading.Event()
+    loading = asyncio.ensure_future(slot.load("g1", model_builder(tmp_path, "m", gate)))
+    await asyncio.sleep(0.05)
+    await slot.close()  # evicted before it served
+    gate.set()
+    await loading
+    assert slot.serving is None

@@ -126,32 +126,34 @@ def on_demand(repository):
 async def test_on_demand_loads_a_model_on_its_first_inference(on_demand):
     server, models = on_demand
     assert not await server.is_deployed("batch_recorder")
-    assert await server.loaded_on_demand("batch_recorder", "infer")
-    assert await server.is_deployed("batch_recorder") and "batch_recorder" in models.models
+    assert await server.serves_now("batch_recorder", "infer")
+    assert "batch_recorder" in (await server.view(fresh=True)).served
+    assert "batch_recorder" in models.models
 
 
 async def test_on_demand_metadata_and_config_load_but_readiness_and_stats_do_not(on_demand):
     server, models = on_demand
-    assert not await server.loaded_on_demand("batch_recorder", "ready")
-    assert not await server.loaded_on_demand("batch_recorder", "stats")
+    assert not await server.serves_now("batch_recorder", "ready")
+    assert not await server.serves_now("batch_recorder", "stats")
     assert models.models == {}
-    assert await server.loaded_on_demand("batch_recorder", "")  # metadata
+    assert await server.serves_now("batch_recorder", "")  # metadata
     await models.unload("batch_recorder")
-    assert await server.loaded_on_demand("batch_recorder", "config")
+    assert await server.serves_now("batch_recorder", "config")
 
 
 async def test_on_demand_unknown_model_is_not_found_and_a_broken_one_says_why(on_demand):
     server, _ = on_demand
     with pytest.raises(InferenceServerError) as unknown:
-        await server.loaded_on_demand("nope", "infer")
+        await server.serves_now("nope", "infer")
     assert unknown.value.code == StatusCode.NOT_FOUND
-    assert not await server.loaded_on_demand("broken", "infer")
+    assert not await server.serves_now("broken", "infer")
     error = await server.undeployed_model_error("broken", action="infer")
     assert error.code == StatusCode.UNAVAILABLE and "bad_field" in error.message
 
 
 async def test_without_on_demand_nothing_loads(core):
     server, models = core
-    await models.unload("batch_recorder")
-    assert not await server.loaded_on_demand("batch_recorder", "infer")
+    assert await server.serves_now("batch_recorder", "infer")
+    await server.unload("batch_recorder", False)
+    assert not await server.serves_now("batch_recorder", "infer")
     assert "batch_recorder" not in models.models
