@@ -149,8 +149,8 @@ class OnDemandLoads:
         began = time.monotonic()
         evict = await self._make_room(names) if self._budget is not None else []
         room_at = time.monotonic()
-        # The evicted models' unloads and the new loads go to Serve together (one deploy
-        # of the shared host does both): an evicted model's memory is freed while the new
+        # The evicted models' unloads and the new loads are sent together (the shared host
+        # gets one hosted set with both): an evicted model's memory is freed while the new
         # ones load, instead of a wait for each in turn.
         await asyncio.gather(self._evict(evict), self._load(names))
         now = time.time()
