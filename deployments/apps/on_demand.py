@@ -72,6 +72,7 @@ class OnDemandLoads:
         self._loaded_at: dict[str, float] = {}  # model -> wall time it loaded
         self._loads: dict[str, int] = {}
         self._evictions: dict[str, int] = {}
+        self._busy: list[str] = []  # models the load running now waits for (the budget)
         self._task = asyncio.get_event_loop().create_task(self._run())
 
     # ------------------------------------------------------------------ requests
@@ -106,9 +107,15 @@ class OnDemandLoads:
         try:
             await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
         except asyncio.TimeoutError:
+            why = (
+                f": the memory budget has no room until {', '.join(self._busy)} finish their "
+                "requests"
+                if self._busy
+                else "; its load goes on"
+            )
             raise InferenceServerError(
                 f"model '{name}' is loading on demand and was not ready within "
-                f"{self.timeout_s:g} s (--load-on-demand-timeout-secs); its load goes on",
+                f"{self.timeout_s:g} s (--load-on-demand-timeout-secs){why}",
                 StatusCode.UNAVAILABLE,
             ) from None
         return self._serves(name)
@@ -191,16 +198,21 @@ class OnDemandLoads:
         capacity = await self._capacity_bytes()
         deadline = time.monotonic() + self.timeout_s
         plan: EvictionPlan = plan_evictions(await self._residents(set(names)), needed, capacity)
-        while not plan.fits:
-            if time.monotonic() > deadline:
-                raise InferenceServerError(
-                    f"the memory budget ({capacity} bytes) has no room for "
-                    f"{', '.join(sorted(names))}: models {', '.join(plan.busy)} would have to "
-                    f"be unloaded, and their requests did not finish within {self.timeout_s:g} s",
-                    StatusCode.UNAVAILABLE,
-                )
-            await asyncio.sleep(_BUSY_POLL_S)
-            plan = plan_evictions(await self._residents(set(names)), needed, capacity)
+        try:
+            while not plan.fits:
+                self._busy = plan.busy
+                if time.monotonic() > deadline:
+                    raise InferenceServerError(
+                        f"the memory budget ({capacity} bytes) has no room for "
+                        f"{', '.join(sorted(names))}: models {', '.join(plan.busy)} would have "
+                        f"to be unloaded, and their requests did not finish within "
+                        f"{self.timeout_s:g} s",
+                        StatusCode.UNAVAILABLE,
+                    )
+                await asyncio.sleep(_BUSY_POLL_S)
+                plan = plan_evictions(await self._residents(set(names)), needed, capacity)
+        finally:
+            self._busy = []
         return plan.evict
 
     async def _evict(self, names: list[str]) -> None:

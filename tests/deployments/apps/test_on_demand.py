@@ -1,0 +1,148 @@
+"""OnDemandLoads without Ray: the real repository state, and replicas that are plain records
+(what each would report in its SlotStatus). Requests that arrive together load together, a
+failed model is not loaded again until its files change, the budget evicts the least recently
+used idle model, waits for a busy one and gives up with the reason after the timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.placement import placement_for
+from deployments.apps.on_demand import OnDemandLoads
+from deployments.core.model_slot import SlotStatus
+from repo_adapter.errors import InferenceServerError, StatusCode
+from repo_adapter.live_repository import LiveRepository
+from repo_adapter.model_state import ModelState, VersionState
+from tests.support.numbered_models import write_numbered_model
+
+
+class Replicas:
+    """The one home of every loaded model: one replica each, its status set by the test."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, SlotStatus] = {}
+        self.placements = {}
+
+    def home_of(self, name: str):
+        return self if name in self.statuses else None
+
+    def placement_of(self, name: str):
+        return self.placements.get(name)
+
+    async def replica_statuses(self, name: str) -> list[SlotStatus | None]:
+        return [self.statuses.get(name)]
+
+
+class Server:
+    """What the controller gives OnDemandLoads: loads and unloads on the repository state."""
+
+    def __init__(self, root: Path, budget: str | None, timeout_s: float = 5.0) -> None:
+        self.repository = LiveRepository(root)
+        self.replicas = Replicas()
+        self.batches: list[list[str]] = []
+        self.unloaded: list[str] = []
+        self.loads = OnDemandLoads(
+            self.repository,
+            self.replicas,  # type: ignore[arg-type]
+            asyncio.Lock(),
+            self.load,
+            self.unload,
+            budget,
+            timeout_s,
+        )
+
+    async def load(self, names: list[str]) -> None:
+        self.batches.append(sorted(names))
+        await asyncio.sleep(0.05)  # the loads run concurrently with new requests
+        for name in names:
+            model = self.repository.plan_load(name).models[-1]
+            generation = self.repository.begin_load(model)
+            if not model.available:
+                self.repository.load_failed(name, model.error)
+                continue
+            self.replicas.placements[name] = placement_for(model.config)
+            self.replicas.statuses[name] = SlotStatus(generation, generation, "", {})
+            self.repository.load_succeeded(name, generation, {"1": VersionState(ModelState.READY)})
+
+    async def unload(self, name: str) -> None:
+        self.repository.begin_unload(name)
+        self.unloaded.append(name)
+        del self.replicas.statuses[name]
+        self.repository.unload_finished(name)
+
+    def use(self, name: str, in_flight: int = 0) -> None:
+        status = self.replicas.statuses[name]
+        status.last_used, status.in_flight = time.time(), in_flight
+
+
+@pytest.fixture
+def repository(tmp_path):
+    for number in range(4):
+        write_numbered_model(tmp_path, f"m{number}", number, "onnx", footprint="10MB")
+    (tmp_path / "broken" / "1").mkdir(parents=True)
+    (tmp_path / "broken" / "config.pbtxt").write_text("bad_field: 1\n")
+    return tmp_path
+
+
+async def test_requests_that_arrive_together_load_together(repository):
+    server = Server(repository, budget=None)
+    first = asyncio.ensure_future(server.loads.ensure_loaded("m0"))
+    await asyncio.sleep(0.01)  # m0's load is running: the next ones wait for the next batch
+    rest = [server.loads.ensure_loaded(name) for name in ("m1", "m2", "m1")]
+    assert all(await asyncio.gather(first, *rest))
+    assert server.batches == [["m0"], ["m1", "m2"]]
+    assert await server.loads.ensure_loaded("m0")  # served: nothing to load
+    assert len(server.batches) == 2
+
+
+async def test_unknown_models_are_not_found_and_a_failed_load_is_not_tried_again(repository):
+    server = Server(repository, budget=None)
+    with pytest.raises(InferenceServerError) as unknown:
+        await server.loads.ensure_loaded("nope")
+    assert unknown.value.code == StatusCode.NOT_FOUND
+    assert not await server.loads.ensure_loaded("broken")
+    assert not await server.loads.ensure_loaded("broken")
+    assert server.batches == [["broken"]]
+    (repository / "broken" / "config.pbtxt").write_text("still_bad: 1\n")  # files changed
+    assert not await server.loads.ensure_loaded("broken")
+    assert server.batches == [["broken"], ["broken"]]
+
+
+async def test_the_least_recently_used_idle_model_makes_room(repository):
+    server = Server(repository, budget="25MB")  # two models fit
+    for name in ("m0", "m1"):
+        assert await server.loads.ensure_loaded(name)
+    server.use("m1")
+    server.use("m0")  # m1 is now the least recently used
+    assert await server.loads.ensure_loaded("m2")
+    assert server.unloaded == ["m1"]
+    usage = await server.loads.usage()
+    assert (usage.capacity_bytes, usage.used_bytes) == (25_000_000, 20_000_000)
+    m1 = next(m for m in usage.models if m.model == "m1")
+    assert (m1.resident, m1.loads, m1.evictions) == (False, 1, 1)
+
+
+async def test_a_busy_model_is_waited_for_then_evicted(repository):
+    server = Server(repository, budget="15MB")  # one model fits
+    assert await server.loads.ensure_loaded("m0")
+    server.use("m0", in_flight=1)
+    waiting = asyncio.ensure_future(server.loads.ensure_loaded("m1"))
+    await asyncio.sleep(0.3)
+    assert not waiting.done() and server.unloaded == []  # never while a request runs
+    server.use("m0", in_flight=0)
+    assert await waiting
+    assert server.unloaded == ["m0"]
+
+
+async def test_a_model_that_stays_busy_gives_up_with_the_reason(repository):
+    server = Server(repository, budget="15MB", timeout_s=0.5)
+    assert await server.loads.ensure_loaded("m0")
+    server.use("m0", in_flight=1)
+    with pytest.raises(InferenceServerError) as busy:
+        await server.loads.ensure_loaded("m1")
+    assert busy.value.code == StatusCode.UNAVAILABLE
+    assert "m0" in busy.value.message and server.unloaded == []
