@@ -9,6 +9,10 @@ memory as Ray counts it (``"40%"``).
 
 Eviction never picks a model with requests in flight, one requested now, an ensemble (it
 holds no memory of its own) or a model a loaded ensemble uses.
+
+The budget holds per node. The shared host's replicas run on the head node, so the models it
+hosts count there; a model with replicas of its own goes to the worker node (the head when
+there is none) with the most room left, pinned there by Ray's node-id label.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from dataclasses import dataclass
 from tritonclient.grpc import model_config_pb2 as mc
 
 FOOTPRINT_PARAMETER = "MEMORY_FOOTPRINT"
+# The label every Ray node carries with its id (a replica's label_selector pins it there)
+NODE_ID_LABEL = "ray.io/node-id"
+HEAD_NODE_RESOURCE = "node:__internal_head__"
 
 _UNITS = {
     "": 1,
@@ -79,6 +86,40 @@ def budget_bytes(setting: str, nodes: Iterable[dict[str, float]]) -> int:
     return size
 
 
+@dataclass(frozen=True)
+class BudgetNode:
+    """A node models may load on, and the bytes they may take there."""
+
+    node_id: str
+    capacity: int
+    head: bool = False
+
+
+def budget_nodes(setting: str, nodes: Iterable[tuple[str, dict[str, float]]]) -> list[BudgetNode]:
+    """Each node's budget under ``--memory-budget setting`` (a percentage is of that node's own
+    memory); ``nodes`` are ``(node id, resources)`` of the live nodes.
+
+    Raises:
+        ValueError: a setting :func:`budget_bytes` refuses for a node.
+    """
+    return [
+        BudgetNode(node_id, budget_bytes(setting, [resources]), HEAD_NODE_RESOURCE in resources)
+        for node_id, resources in nodes
+    ]
+
+
+def node_for(nodes: list[BudgetNode], used: dict[str, int]) -> BudgetNode | None:
+    """The node a model with replicas of its own goes to: the worker with the most room left
+    (``used`` bytes by node id), the head when there is no worker; None without nodes."""
+    workers = [node for node in nodes if not node.head] or nodes
+    return max(workers, key=lambda node: node.capacity - used.get(node.node_id, 0), default=None)
+
+
+def pin_to_node(ray_actor_options: dict, node_id: str) -> None:
+    """Make a replica with these options start only on node ``node_id``."""
+    ray_actor_options["label_selector"] = {NODE_ID_LABEL: node_id}
+
+
 def check_budget_setting(setting: str) -> str:
     """``setting`` when it is a budget :func:`budget_bytes` can read (on any cluster)."""
     budget_bytes(setting, [{"memory": 1.0}])
@@ -107,7 +148,8 @@ class Resident:
 
     ``footprint`` is its bytes over all its replicas; ``last_used`` the wall time its latest
     request started (its load's when none came); ``in_flight`` its requests running now;
-    ``pinned`` True where it must stay (an ensemble's member, one requested now).
+    ``pinned`` True where it must stay (an ensemble's member, one requested now); ``node`` the
+    node whose budget it counts against.
     """
 
     name: str
@@ -115,6 +157,7 @@ class Resident:
     last_used: float
     in_flight: int = 0
     pinned: bool = False
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -175,6 +218,7 @@ class ModelResidency:
     footprint_bytes: int
     loads: int
     evictions: int
+    node: str = ""  # the node whose budget it counts against (its replicas' node)
 
 
 @dataclass(frozen=True)
@@ -182,6 +226,6 @@ class BudgetUsage:
     """The budget (0: none, models only load on demand), what loaded models take now, and
     each model loaded on demand so far."""
 
-    capacity_bytes: int
-    used_bytes: int
+    capacity_bytes: int  # per node
+    used_bytes: int  # on all nodes
     models: list[ModelResidency]

@@ -28,6 +28,15 @@ def node_resources() -> list[dict[str, float]]:
     return [dict(node["Resources"]) for node in ray.nodes() if node["Alive"]]
 
 
+def live_nodes() -> list[tuple[str, dict[str, float]]]:
+    """``(node id, total resources)`` of each live node (empty when Ray is not connected)."""
+    import ray
+
+    if not ray.is_initialized():
+        return []
+    return [(node["NodeID"], dict(node["Resources"])) for node in ray.nodes() if node["Alive"]]
+
+
 def unplaceable_reason(ray_actor_options: dict, nodes: list[dict[str, float]]) -> str:
     """Why no node of ``nodes`` can ever host one replica asking ``ray_actor_options`` ("" if
     one can). Only totals are compared: replicas waiting for busy resources are not refused."""

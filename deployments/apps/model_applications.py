@@ -12,7 +12,13 @@ from typing import Any
 
 from ray.serve import Application
 
-from cluster.placement import GRACEFUL_SHUTDOWN_TIMEOUT_S, ReplicaGroup, placement_for
+from cluster.memory_budget import pin_to_node
+from cluster.placement import (
+    GRACEFUL_SHUTDOWN_TIMEOUT_S,
+    ModelPlacement,
+    ReplicaGroup,
+    placement_for,
+)
 from cluster.recycling import ONE_AT_A_TIME_SURGE_PERCENT
 from cluster.resources import node_resources
 from cluster.serve_internals import set_code_version
@@ -49,6 +55,7 @@ def model_application(
     traffic: TrafficPolicy | None = None,
     recycle_round: int = 0,
     measure_footprint: bool = False,
+    placement: ModelPlacement | None = None,
 ) -> Application:
     """The Serve application of one scanned, available model (single model or ensemble) on a
     cluster of ``nodes`` (:func:`cluster.resources.node_resources`; None: ask Ray);
@@ -56,11 +63,13 @@ def model_application(
     ``traffic``: the repository API's traffic policy (None: the config's); ``recycle_round``:
     how many times its replicas were recycled (each round is a new code version, which Serve
     rolls out replica by replica: :mod:`cluster.recycling`); ``measure_footprint``: its replicas
-    measure the memory its load adds (a memory budget counts it)."""
-    try:
-        placement = placement_for(model.config, node_resources() if nodes is None else nodes)
-    except ValueError as err:
-        raise InferenceServerError(f"model '{model.name}': {err}") from None
+    measure the memory its load adds (a memory budget counts it); ``placement``: where its
+    replicas go as the controller decided it (None: :func:`placement_for` the nodes)."""
+    if placement is None:
+        try:
+            placement = placement_for(model.config, node_resources() if nodes is None else nodes)
+        except ValueError as err:
+            raise InferenceServerError(f"model '{model.name}': {err}") from None
     surge = SURGE_PERCENT if placement.recycling is None else ONE_AT_A_TIME_SURGE_PERCENT
 
     def versioned(deployment: Any) -> Any:
@@ -165,10 +174,14 @@ def hosted_model_entry(
 
 
 def host_application(
-    max_input_size: int = DEFAULT_MAX_INPUT_SIZE, replicas: int = 1
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE, replicas: int = 1, node: str | None = None
 ) -> Application:
-    """The shared host on ``replicas`` replicas; the controller sends them the models to serve
+    """The shared host on ``replicas`` replicas (on node ``node``; None: Serve's choice); the
+    controller sends them the models to serve
     (:class:`~deployments.core.model_host.HostedSet`)."""
+    options: dict[str, Any] = {"num_cpus": 0}
+    if node is not None:
+        pin_to_node(options, node)
     deployment = TritonModelHost.options(
         name=HOST_DEPLOYMENT_NAME,
         # Constant: Serve calls reconfigure as a replica starts, which then asks the
@@ -178,6 +191,6 @@ def host_application(
         max_ongoing_requests=HOST_MAX_ONGOING_REQUESTS,
         graceful_shutdown_timeout_s=GRACEFUL_SHUTDOWN_TIMEOUT_S,
         max_surge_percent=SURGE_PERCENT,
-        ray_actor_options={"num_cpus": 0},
+        ray_actor_options=options,
     )
     return _versioned(deployment).bind(max_input_size)

@@ -148,6 +148,7 @@ class OwnApplication(ModelHome):
                 traffic=entry.traffic,
                 recycle_round=entry.recycle_round,
                 measure_footprint=entry.measure_footprint,
+                placement=entry.placement,
             )
             targets.append(DeployTarget(name, application, f"/v2/models/{name}"))
             self._held[name] = entry.placement
@@ -249,9 +250,11 @@ class SharedHost(ModelHome):
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
         replicas: int = 1,
         python_stubs: bool = False,
+        node: str | None = None,
     ):
         super().__init__(apps, max_input_size, python_stubs)
         self.replicas = replicas
+        self.node = node  # where its replicas run (None: Serve's choice)
         self._entries: dict[str, dict[str, Any]] = {}  # the hosted set, by model
         self._revision = 0
         self._deployed = False  # the host application, once deployed by this home
@@ -280,7 +283,7 @@ class SharedHost(ModelHome):
         async with self._publishing:
             self._revision = max(self._revision + 1, time.time_ns())
             if not self._deployed:
-                host = host_application(self.max_input_size, self.replicas)
+                host = host_application(self.max_input_size, self.replicas, self.node)
                 await self.apps.deploy([DeployTarget(HOST_APP_NAME, host, HOST_ROUTE_PREFIX)])
                 self._deployed = True  # its replicas ask for the set as they start
                 return
@@ -321,12 +324,14 @@ class ModelHomes:
         deploys: bool = True,
         host_replicas: int = 1,
         python_stubs: bool = False,
+        host_node: str | None = None,
     ) -> None:
         """``deploys`` False: a Serve config deploys the models (every model is watched).
-        ``python_stubs``: python model instances run in stub processes of their own."""
+        ``python_stubs``: python model instances run in stub processes of their own.
+        ``host_node``: the node the shared host's replicas run on (None: Serve's choice)."""
         self.own = OwnApplication(apps, max_input_size, python_stubs)
         self.routed = RoutedGroups(apps, max_input_size, python_stubs)
-        self.host = SharedHost(apps, max_input_size, host_replicas, python_stubs)
+        self.host = SharedHost(apps, max_input_size, host_replicas, python_stubs, host_node)
         self.watched = WatchedApplication(apps, max_input_size, python_stubs)
         self._share_cpu_models = share_cpu_models
         self._deploys = deploys

@@ -4,9 +4,11 @@
 A request for a model that is in the repository but not loaded asks the controller for it
 (:meth:`OnDemandLoads.ensure_loaded`) and waits, up to ``--load-on-demand-timeout-secs``. The
 requests that arrive while a load runs are loaded together next, as one change of the
-repository. Before a load, the least recently used idle models are unloaded until the new ones
-fit the budget (:mod:`cluster.memory_budget`); models with requests in flight are waited for,
-never unloaded. After it, the budget is checked again with what the replicas measured.
+repository. Before a load, each new model is given a node (the head for the shared host's
+models, the worker with the most room for the others: :mod:`cluster.memory_budget`), and the
+least recently used idle models there are unloaded until it fits; models with requests in
+flight are waited for, never unloaded. After it, each node's budget is checked again with
+what the replicas measured.
 
 A model whose load failed is not tried again for each request: it answers its load error until
 its files change.
@@ -20,15 +22,16 @@ import time
 from collections.abc import Awaitable, Callable
 
 from cluster.memory_budget import (
+    BudgetNode,
     BudgetUsage,
-    EvictionPlan,
     ModelResidency,
     Resident,
-    budget_bytes,
-    declared_footprint,
+    budget_nodes,
+    node_for,
     plan_evictions,
 )
-from cluster.resources import node_resources
+from cluster.placement import ModelPlacement, placement_for
+from cluster.resources import live_nodes
 from deployments.apps.model_homes import ModelHomes
 from deployments.core.model_slot import SlotStatus
 from repo_adapter.ensemble import member_names
@@ -53,10 +56,13 @@ class OnDemandLoads:
         unload: Callable[[str], Awaitable[None]],
         budget: str | None,
         timeout_s: float,
+        head_node: str = "",
+        nodes: Callable[[], list[tuple[str, dict[str, float]]]] = live_nodes,
     ) -> None:
         """``load`` and ``unload`` apply a change of the repository (the caller holds
         ``changes``, the lock of every change); ``budget`` is ``--memory-budget`` (None:
-        models load on demand and stay)."""
+        models load on demand and stay); ``head_node`` the node id of the head, where the
+        shared host runs; ``nodes`` lists the live nodes (id, resources)."""
         self.repository = repository
         self.homes = homes
         self._changes = changes
@@ -64,7 +70,9 @@ class OnDemandLoads:
         self._unload = unload
         self._budget = budget
         self.timeout_s = timeout_s
-        self._capacity: int | None = None  # the budget in bytes, once the nodes are known
+        self.head_node = head_node
+        self._live_nodes = nodes
+        self._node_of: dict[str, str] = {}  # model -> the node whose budget it counts against
         self._pending: dict[str, asyncio.Future[None]] = {}
         self._wake = asyncio.Event()
         self._failed: dict[str, str] = {}  # model -> fingerprint of the files that failed
@@ -177,43 +185,69 @@ class OnDemandLoads:
                 self._failed[name] = fingerprint
         if self._budget is not None:  # measured footprints may exceed the estimates
             residents = await self._residents(set(names))
-            plan = plan_evictions(residents, 0, await self._capacity_bytes())
-            await self._evict(plan.evict)
+            for node in await self._budget_nodes():
+                here = [r for r in residents if r.node == node.node_id]
+                await self._evict(plan_evictions(here, 0, node.capacity).evict)
 
     # ------------------------------------------------------------------ the budget
 
+    async def _budget_nodes(self) -> list[BudgetNode]:
+        assert self._budget is not None
+        return budget_nodes(self._budget, await asyncio.to_thread(self._live_nodes))
+
     async def _capacity_bytes(self) -> int:
-        if self._capacity is None:
-            assert self._budget is not None
-            nodes = await asyncio.to_thread(node_resources)
-            self._capacity = budget_bytes(self._budget, nodes)
-        return self._capacity
+        """The smallest node's budget (what ``usage`` reports)."""
+        nodes = await self._budget_nodes()
+        return min((node.capacity for node in nodes), default=0)
 
     async def _make_room(self, names: list[str]) -> list[str]:
-        """The least recently used idle models to unload so ``names`` fit the budget, once
-        the busy ones that must go finished (waited for within the timeout)."""
-        needed = 0
+        """Pick each model's node and the least recently used idle models to unload there so
+        ``names`` fit, once the busy ones that must go finished (waited for within the
+        timeout)."""
+        nodes = await self._budget_nodes()
+        capacity = {node.node_id: node.capacity for node in nodes}
+        residents = await self._residents(set(names))
+        used: dict[str, int] = {}
+        for resident in residents:
+            used[resident.node] = used.get(resident.node, 0) + resident.footprint
+        needed: dict[str, int] = {}
         for name in names:
-            needed += await self._estimate(name, set())
-        capacity = await self._capacity_bytes()
+            for model, size, hosted in await self._wanted(name, set()):
+                room = {n: used.get(n, 0) + needed.get(n, 0) for n in capacity}
+                chosen = node_for(nodes, room)
+                node = self.head_node if hosted or chosen is None else chosen.node_id
+                self._node_of[model] = node
+                needed[node] = needed.get(node, 0) + size
         deadline = time.monotonic() + self.timeout_s
-        plan: EvictionPlan = plan_evictions(await self._residents(set(names)), needed, capacity)
         try:
-            while not plan.fits:
-                self._busy = plan.busy
+            while True:
+                plans = [
+                    plan_evictions(
+                        [r for r in residents if r.node == node],
+                        size,
+                        capacity.get(node, 0),
+                    )
+                    for node, size in needed.items()
+                ]
+                busy = [name for plan in plans for name in plan.busy]
+                if not busy:
+                    return [name for plan in plans for name in plan.evict]
+                self._busy = busy
                 if time.monotonic() > deadline:
                     raise InferenceServerError(
-                        f"the memory budget ({capacity} bytes) has no room for "
-                        f"{', '.join(sorted(names))}: models {', '.join(plan.busy)} would have "
-                        f"to be unloaded, and their requests did not finish within "
-                        f"{self.timeout_s:g} s",
+                        f"the memory budget has no room for {', '.join(sorted(names))}: "
+                        f"models {', '.join(busy)} would have to be unloaded, and their "
+                        f"requests did not finish within {self.timeout_s:g} s",
                         StatusCode.UNAVAILABLE,
                     )
                 await asyncio.sleep(_BUSY_POLL_S)
-                plan = plan_evictions(await self._residents(set(names)), needed, capacity)
+                residents = await self._residents(set(names))
         finally:
             self._busy = []
-        return plan.evict
+
+    def node_of(self, name: str) -> str | None:
+        """The node a model loading now was given (None: no budget, or Serve's choice)."""
+        return self._node_of.get(name) if self._budget is not None else None
 
     async def _evict(self, names: list[str]) -> None:
         if not names:
@@ -222,31 +256,37 @@ class OnDemandLoads:
         await asyncio.gather(*(self._unload(name) for name in names))
         for name in names:
             self._evictions[name] = self._evictions.get(name, 0) + 1
+            self._node_of.pop(name, None)
 
-    async def _estimate(self, name: str, seen: set[str]) -> int:
-        """The bytes ``name`` (and the members it brings) will take once loaded: its declared
-        footprint, else what it took last time, else the size of its files."""
+    async def _wanted(self, name: str, seen: set[str]) -> list[tuple[str, int, bool]]:
+        """The models a load of ``name`` brings (it, and an ensemble's members not served):
+        each with the bytes it will take (its declared footprint, else what it took last
+        time, else the size of its files) and whether the shared host will hold it."""
         if self._serves(name) or name in seen:
-            return 0
+            return []
         seen.add(name)
         try:
             scan = await asyncio.to_thread(self.repository.scan, name)
         except InferenceServerError:
-            return 0  # its load fails and says why
+            return []  # its load fails and says why
         if not scan.available:
-            return 0
+            return []
         if scan.is_ensemble:
-            total = 0
+            members = []
             for member in member_names(scan.config):
-                total += await self._estimate(member, seen)
-            return total
+                members += await self._wanted(member, seen)
+            return members
         try:
-            declared = declared_footprint(scan.config)
+            placement = placement_for(scan.config)
         except ValueError:
-            return 0
-        if declared is not None:
-            return declared
-        return self._per_replica.get(name) or await asyncio.to_thread(_files_bytes, scan.path)
+            return []  # its load fails and says why
+        hosted = self.homes.home_for(placement) is self.homes.host
+        # A hosted model is in each of the host's replicas; another has replicas of its own.
+        replicas = self.homes.host.replicas if hosted else _replicas(placement)
+        if placement.footprint is not None:
+            return [(name, placement.footprint * replicas, hosted)]
+        size = self._per_replica.get(name) or await asyncio.to_thread(_files_bytes, scan.path)
+        return [(name, size * replicas, hosted)]
 
     async def _residents(self, requested: set[str]) -> list[Resident]:
         """Every loaded model with its footprint, last use and requests in flight; those
@@ -269,6 +309,7 @@ class OnDemandLoads:
                     or self._loaded_at.get(name, 0.0),
                     sum(s.in_flight for s in replicas),
                     name in pinned,
+                    self._node_of.get(name, self.head_node),
                 )
             )
         return residents
@@ -306,6 +347,7 @@ class OnDemandLoads:
                 residents[name].footprint if name in residents else self._per_replica.get(name, 0),
                 self._loads.get(name, 0),
                 self._evictions.get(name, 0),
+                residents[name].node if name in residents else "",
             )
             for name in sorted(set(self._loads) | set(residents))
         ]
@@ -331,3 +373,7 @@ def _files_bytes(path) -> int:
     except OSError:
         pass
     return total
+
+
+def _replicas(placement: ModelPlacement) -> int:
+    return max(sum(group.num_replicas for group in placement.groups), 1)

@@ -35,7 +35,7 @@ from dataclasses import replace
 import ray
 from ray import serve
 
-from cluster.memory_budget import BudgetUsage
+from cluster.memory_budget import BudgetUsage, pin_to_node
 from cluster.placement import ModelPlacement, placement_for
 from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
 from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME
@@ -104,6 +104,7 @@ class RepositoryController:
             spec.backend_settings(),
         )
         self._apps = ServeModelApps()
+        head_node = ray.get_runtime_context().get_node_id()  # the controller runs on the head
         self.homes = ModelHomes(
             self._apps,
             spec.http_max_input_size,
@@ -111,6 +112,8 @@ class RepositoryController:
             host_replicas=spec.host_replicas,
             python_stubs=spec.python_instances == "stub-process",
             deploys=spec.deploy_models,
+            # Under a memory budget the hosted models count against the head node's
+            host_node=head_node if spec.memory_budget is not None else None,
         )
         self._changes = asyncio.Lock()  # one repository change at a time
         self._logs = LogControl(
@@ -136,6 +139,7 @@ class RepositoryController:
                 lambda name: self._unload_one(name, evicted=True),
                 spec.memory_budget,
                 spec.load_on_demand_timeout_secs,
+                head_node,
             )
             if spec.load_on_demand
             else None
@@ -394,6 +398,10 @@ class RepositoryController:
             self.repository.load_failed(model.name, reason)
             return None
         self._unplaceable.discard(model.name)
+        node = self._on_demand.node_of(model.name) if self._on_demand is not None else None
+        if node is not None and self.homes.home_for(placement) is not self.homes.host:
+            for group in placement.groups:  # the node the memory budget gave it
+                pin_to_node(group.ray_actor_options, node)
         return placement
 
     async def _settle(self, placed: Placed, home: ModelHome) -> None:

@@ -8,11 +8,17 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from cluster.memory_budget import (
     FOOTPRINT_PARAMETER,
+    HEAD_NODE_RESOURCE,
+    NODE_ID_LABEL,
+    BudgetNode,
     Resident,
     budget_bytes,
+    budget_nodes,
     check_budget_setting,
     declared_footprint,
+    node_for,
     parse_bytes,
+    pin_to_node,
     plan_evictions,
 )
 
@@ -123,3 +129,29 @@ def test_a_model_larger_than_the_budget_still_loads_after_every_idle_one_went():
 def test_models_that_take_nothing_are_never_picked():
     residents = [Resident("ensemble", 0, 1), Resident("a", 60, 2)]
     assert plan_evictions(residents, needed=60, capacity=100).evict == ["a"]
+
+
+def test_each_node_has_its_own_budget_and_workers_come_before_the_head():
+    nodes = budget_nodes(
+        "50%",
+        [
+            ("h", {"memory": 8e9, HEAD_NODE_RESOURCE: 1}),
+            ("a", {"memory": 4e9}),
+            ("b", {"memory": 2e9}),
+        ],
+    )
+    assert nodes == [
+        BudgetNode("h", 4_000_000_000, head=True),
+        BudgetNode("a", 2_000_000_000),
+        BudgetNode("b", 1_000_000_000),
+    ]
+    assert node_for(nodes, {}).node_id == "a"  # the most room among the workers
+    assert node_for(nodes, {"a": 1_500_000_000}).node_id == "b"
+    assert node_for(nodes[:1], {"h": 10**12}).node_id == "h"  # no worker: the head
+    assert node_for([], {}) is None
+
+
+def test_a_replica_is_pinned_by_the_node_id_label():
+    options = {"num_cpus": 0}
+    pin_to_node(options, "abc")
+    assert options == {"num_cpus": 0, "label_selector": {NODE_ID_LABEL: "abc"}}

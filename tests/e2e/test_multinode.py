@@ -25,6 +25,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from tests.support.dev_cluster import RAYTON, RaytonCluster
 from tests.support.live_models import ADDER_MODEL
 from tests.support.ports import free_port
 from tests.support.processes import ServerProcess, rayton_serve_command, rayton_serve_env
@@ -37,7 +38,6 @@ from tests.support.sequences import (
 
 pytestmark = pytest.mark.cluster
 
-RAYTON = str(Path(sys.executable).parent / "rayton")
 PINNED = """\
 backend: "python"
 max_batch_size: 8
@@ -69,32 +69,6 @@ def _write_model(root: Path, name: str, config: str, offset: float) -> None:
     )
 
 
-class _Cluster:
-    """``rayton cluster`` in a session of its own: its address and worker nodes."""
-
-    def __init__(self, log: Path, env: dict[str, str]) -> None:
-        self.server = ServerProcess(
-            [RAYTON, "cluster", "--workers", "2", "--gpus-per-worker", str(GPUS_PER_WORKER)],
-            log,
-            env,
-        )
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            for line in log.read_text().splitlines():
-                if line.startswith("{"):
-                    self.description = json.loads(line)
-                    return
-            if self.server.process.poll() is not None:
-                break
-            time.sleep(0.5)
-        self.server.stop()
-        raise RuntimeError(f"rayton cluster did not start; see {log}")
-
-    @property
-    def address(self) -> str:
-        return self.description["address"]
-
-
 @pytest.fixture(scope="module")
 def multinode(tmp_path_factory):
     root = tmp_path_factory.mktemp("multinode")
@@ -105,7 +79,7 @@ def multinode(tmp_path_factory):
     ray_tmp = Path(f"/tmp/rt{os.getpid()}m")
     env = rayton_serve_env(ray_tmp)
     env["HOME"] = str(root)  # Ray's token file and caches apart from the user's
-    cluster = _Cluster(root / "cluster.log", env)
+    cluster = RaytonCluster(root / "cluster.log", env, GPUS_PER_WORKER)
     http_port, grpc_port = free_port(), free_port()
     command = rayton_serve_command(repository, http_port, grpc_port)
     command += ["--address", cluster.address, "--proxy-location", "HeadOnly"]

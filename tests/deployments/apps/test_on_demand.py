@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster.memory_budget import HEAD_NODE_RESOURCE
 from cluster.placement import placement_for
 from deployments.apps.on_demand import OnDemandLoads
 from deployments.core.model_slot import SlotStatus
@@ -21,14 +22,21 @@ from tests.support.numbered_models import write_numbered_model
 
 
 class Replicas:
-    """The one home of every loaded model: one replica each, its status set by the test."""
+    """The one home of every loaded model (the shared host, one replica), each model's status
+    set by the test."""
 
-    def __init__(self) -> None:
+    replicas = 1
+
+    def __init__(self, hosted: bool = True) -> None:
         self.statuses: dict[str, SlotStatus] = {}
         self.placements = {}
+        self.host = self if hosted else None  # not hosted: each model has replicas of its own
 
     def home_of(self, name: str):
         return self if name in self.statuses else None
+
+    def home_for(self, placement):
+        return self
 
     def placement_of(self, name: str):
         return self.placements.get(name)
@@ -40,9 +48,18 @@ class Replicas:
 class Server:
     """What the controller gives OnDemandLoads: loads and unloads on the repository state."""
 
-    def __init__(self, root: Path, budget: str | None, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        budget: str | None,
+        timeout_s: float = 5.0,
+        hosted: bool = True,
+        workers: int = 0,
+    ) -> None:
         self.repository = LiveRepository(root)
-        self.replicas = Replicas()
+        self.replicas = Replicas(hosted)
+        nodes = [("head", {"memory": 8e9, HEAD_NODE_RESOURCE: 1.0})]
+        nodes += [(f"worker{i}", {"memory": 8e9}) for i in range(1, workers + 1)]
         self.batches: list[list[str]] = []
         self.unloaded: list[str] = []
         self.loads = OnDemandLoads(
@@ -53,6 +70,8 @@ class Server:
             self.unload,
             budget,
             timeout_s,
+            "head",
+            lambda: nodes,
         )
 
     async def load(self, names: list[str]) -> None:
@@ -146,3 +165,23 @@ async def test_a_model_that_stays_busy_gives_up_with_the_reason(repository):
         await server.loads.ensure_loaded("m1")
     assert busy.value.code == StatusCode.UNAVAILABLE
     assert "m0" in busy.value.message and server.unloaded == []
+
+
+async def test_models_with_replicas_of_their_own_spread_over_the_workers_by_room(repository):
+    write_numbered_model(repository, "m4", 4, "onnx", footprint="10MB")
+    server = Server(repository, budget="25MB", hosted=False, workers=2)  # two fit per node
+    nodes = {}
+    for name in ("m0", "m1", "m2", "m3"):
+        assert await server.loads.ensure_loaded(name)
+        nodes[name] = server.loads.node_of(name)
+        server.use(name)
+    assert nodes == {"m0": "worker1", "m1": "worker2", "m2": "worker1", "m3": "worker2"}
+    assert await server.loads.ensure_loaded("m4")  # no room left: the LRU on its node goes
+    assert server.unloaded == ["m0"] and server.loads.node_of("m4") == "worker1"
+    usage = await server.loads.usage()
+    assert {m.model: m.node for m in usage.models if m.resident} == {
+        "m1": "worker2",
+        "m2": "worker1",
+        "m3": "worker2",
+        "m4": "worker1",
+    }
