@@ -4,8 +4,8 @@ recently used first, so that the ones requested now fit (Triton server#7279).
 Ray-free. A model's footprint is what its config declares (``MEMORY_FOOTPRINT``, bytes with
 an optional unit: ``"300MB"``, ``"1.5GiB"``) or, without that, what its replicas measured
 when they loaded it (:class:`~deployments.core.model_slot.SlotStatus`), at least the size of
-its files; times its replicas. The budget is bytes, or a percentage of the smallest node's
-memory as Ray counts it (``"40%"``).
+its files; times its replicas. The budget is bytes, or a percentage of a node's memory as Ray
+counts it (``"40%"``).
 
 Eviction never picks a model with requests in flight, one requested now, an ensemble (it
 holds no memory of its own) or a model a loaded ensemble uses.

@@ -176,8 +176,8 @@ class ServerAppArgs(BaseModel):
         str | None, AfterValidator(_valid_budget), Flag(metavar="BYTES|N%")
     ] = Field(
         None,
-        description="with --load-on-demand: the memory loaded models may take (500MB, 8GiB, "
-        "or a percentage of the smallest node's memory); above it the least recently used "
+        description="with --load-on-demand: the memory loaded models may take on each node "
+        "(500MB, 8GiB, or a percentage of the node's memory); above it the least recently used "
         "idle models are unloaded (they load again on their next request)",
     )
     strict_readiness: Annotated[bool, Flag()] = Field(
