@@ -72,12 +72,14 @@ from deployments.http.server_routes import ServerHttpEndpoints
 from deployments.observability.statistics import ModelStatistics, merge_entries
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.config import ConfigDocument
+from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.response_stream import StreamedResponse
 
 HOST_ROUTE_PREFIX = "/v2/models"
 # How often a host replica checks it has the controller's latest hosted set
 CATCH_UP_INTERVAL_S = 2.0
+STARTUP_READS = 3  # tries of the first read of the hosted set
 logger = logging.getLogger(__name__)
 __all__ = ["HOST_APP_NAME", "HOST_DEPLOYMENT_NAME", "TritonModelHost", "hosted_entry"]
 
@@ -122,9 +124,20 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         before taking requests."""
         self.control.adopt_controller_settings()  # once: the first call starts the replica
         if not self._started:
-            await self._apply(await self._hosting.hosted_set())
+            await self._apply(await self._first_hosted_set())
             self._started = True
             self._catching_up = asyncio.get_running_loop().create_task(self._catch_up())
+
+    async def _first_hosted_set(self) -> HostedSet:
+        """The controller's hosted set as this replica starts; a read that timed out is tried
+        again on a new handle (a handle whose router stopped hearing from Serve never
+        answers) before the replica gives up."""
+        for _ in range(STARTUP_READS - 1):
+            try:
+                return await self._hosting.hosted_set()
+            except InferenceServerError:
+                logger.warning("the controller did not answer with the hosted set; again")
+        return await self._hosting.hosted_set()
 
     async def _catch_up(self) -> None:
         """Take a change sent while this replica was starting (Serve's broadcast reaches

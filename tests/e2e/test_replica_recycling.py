@@ -1,12 +1,16 @@
 """Replica recycling on a live server (cluster/recycling.py): replicas replaced on age and on
-request count, one at a time, under a load of 8 tritonclient clients that sees no failure."""
+request count, one at a time, under a load of 8 tritonclient clients that sees no failure; a
+traffic policy set through the repository API holds on the replicas that replace them."""
 
 from __future__ import annotations
+
+import json
+import urllib.request
 
 import pytest
 
 from tests.support.closed_loop import closed_loop
-from tests.support.versioned_models import write_pid_model
+from tests.support.versioned_models import write_pid_model, write_versioned_model
 
 pytestmark = pytest.mark.cluster
 
@@ -16,6 +20,12 @@ def server(serve_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("replica_recycling") / "repository"
     write_pid_model(root, "by_age", {"RECYCLE_AFTER_SECONDS": "8"}, replicas=2)
     write_pid_model(root, "by_requests", {"RECYCLE_AFTER_REQUESTS": "150"})
+    write_versioned_model(
+        root,
+        "recycled_split",
+        versions=(1, 2),
+        parameters={"VERSION_WEIGHTS": "1:50,2:50", "RECYCLE_AFTER_SECONDS": "8"},
+    )
     serve_cluster.deploy_live(root, "none")
     serve_cluster.wait_for_repository()
     yield serve_cluster.http_url
@@ -39,3 +49,24 @@ def test_replicas_recycled_by_request_count_fail_no_request(server):
     # A replica serves on past 150 until its successor runs (a few seconds of load here), so
     # 3,000 requests see at least 3 of them.
     assert len(pids) >= 3
+
+
+def test_a_traffic_policy_holds_on_the_replicas_that_replace_the_old_ones(server):
+    before = closed_loop(server, "recycled_split", "VERSION", total=400)
+    assert not before.errors and set(before.answers) == {1, 2}  # the config's 50/50
+    request = urllib.request.Request(
+        f"http://{server.removeprefix('http://')}/v2/repository/models/recycled_split/traffic",
+        data=json.dumps({"weights": {"1": 0, "2": 100}}).encode(),
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        assert reply.status == 200
+    # 30 s at 8 s per round: the replicas are replaced at least twice meanwhile.
+    after = closed_loop(server, "recycled_split", "VERSION", seconds=30)
+    assert not after.errors and after.answered > 0
+    assert set(after.answers) == {2}, after.answers
+    with urllib.request.urlopen(
+        f"http://{server.removeprefix('http://')}/v2/rayton/status", timeout=30
+    ) as reply:
+        status = json.loads(reply.read())
+    assert status["models"]["recycled_split"]["recycled"] >= 2
