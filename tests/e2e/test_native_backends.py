@@ -134,10 +134,17 @@ def test_a_backend_that_segfaults_fails_its_request_and_serves_again(server):
     np.testing.assert_array_equal(infer(grpcclient, grpc_url, "in_model_dir", [2.0]), [[4.0]])
     back = wait_until(serves, RECOVERY_S)
     assert back is not None, "the crashed model never served again"
-    with httpclient.InferenceServerClient(http_url) as client:
-        (entry,) = [e for e in client.get_model_repository_index() if e["name"] == "crashes"]
-    # the index says what happened (Triton's process would be gone)
-    assert entry["state"] == "READY", entry
-    assert "a replica stopped unexpectedly" in entry.get("reason", ""), entry
+    seen: list[dict] = []
+
+    def noted() -> bool:
+        with httpclient.InferenceServerClient(http_url) as client:
+            index = client.get_model_repository_index()
+        seen[:] = [e for e in index if e["name"] == "crashes"]
+        return "a replica stopped unexpectedly" in seen[0].get("reason", "")
+
+    # the index says what happened (Triton's process would be gone), once the controller's
+    # watch of Serve's status (every 2 s, a read at most 1 s old) saw it
+    assert wait_until(noted, 10) is not None, seen
+    assert seen[0]["state"] == "READY", seen
     print(f"segfault: {failed.value.status()} {failed.value.message()!r}, back in {back:.1f} s")
-    print(f"index: {entry}")
+    print(f"index: {seen[0]}")
