@@ -21,10 +21,8 @@ import contextlib
 import inspect
 import itertools
 import logging
-import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -32,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from repo_adapter.backends.base import Backend, BatchChain, Execution, InstanceSpec, ModelVersion
+from repo_adapter.backends.stub_launcher import LaunchedStub, launcher
 from repo_adapter.errors import InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest
 from repo_adapter.python_backend import runtime
@@ -69,7 +68,6 @@ from repo_adapter.response_stream import ResponseSink, StreamedResponse
 
 logger = logging.getLogger(__name__)
 
-STUB_MODULE = "repo_adapter.python_backend.stub_main"
 START_TIMEOUT_S = 600.0  # initialize() may download or compile for minutes
 STOP_TIMEOUT_S = 30.0
 METRICS_TIMEOUT_S = 2.0
@@ -106,9 +104,7 @@ class _StubProcess:
     """One running stub: its process, its two channels (batches; everything else) and the
     threads reading them."""
 
-    def __init__(
-        self, process: subprocess.Popen[bytes], batches: StubChannel, control: StubChannel
-    ) -> None:
+    def __init__(self, process: LaunchedStub, batches: StubChannel, control: StubChannel) -> None:
         self.process = process
         self.batches_channel = batches
         self.control_channel = control
@@ -168,12 +164,7 @@ class PythonStubBackend(Backend):
         arenas = (Arena.create("rayton-stub-in"), Arena.create("rayton-stub-out"))
         fds = (their_batches.fileno(), their_control.fileno(), *(a.fd for a in arenas))
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", STUB_MODULE, *map(str, fds)],
-                pass_fds=fds,
-                env=_stub_environment(),
-                stdin=subprocess.DEVNULL,
-            )
+            process = launcher().spawn(fds)
         except OSError as err:
             batches.close()
             control.close()
@@ -618,13 +609,6 @@ def _emit(line: LogLine) -> None:
 
 def _model_log_level() -> int:
     return logging.getLogger(MODEL_LOGGER_NAME).getEffectiveLevel()
-
-
-def _stub_environment() -> dict[str, str]:
-    """This process's environment, with its import path (the stub imports what it does)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    return env
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

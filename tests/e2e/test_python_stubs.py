@@ -7,13 +7,13 @@ none, the replica itself survives, and the crashed model's stub is started again
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from repo_adapter.python_backend.stub_zygote import STUB_PROCESS_NAME
 from tests.support.crashing_models import (
     CONFIG,
     ECHO,
@@ -26,11 +26,9 @@ from tests.support.crashing_models import (
     wait_until,
 )
 from tests.support.ports import free_port
-from tests.support.processes import child_pids
+from tests.support.processes import descendant_pids, process_name
 
 pytestmark = pytest.mark.cluster
-
-STUB_MODULE = b"repo_adapter.python_backend.stub_main"
 
 
 @pytest.fixture(scope="module")
@@ -47,15 +45,8 @@ def server(serve_cluster, tmp_path_factory):
 
 
 def stub_children(pid: int) -> list[int]:
-    """The stub processes among ``pid``'s children."""
-    stubs = []
-    for child in child_pids(pid):
-        try:
-            if STUB_MODULE in Path(f"/proc/{child}/cmdline").read_bytes():
-                stubs.append(child)
-        except OSError:
-            continue
-    return stubs
+    """The stub processes ``pid`` started (its zygote's children)."""
+    return [child for child in descendant_pids(pid) if process_name(child) == STUB_PROCESS_NAME]
 
 
 def test_each_python_instance_runs_in_a_stub_of_the_host_replica(server):

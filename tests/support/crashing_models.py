@@ -32,14 +32,17 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data)]))
         return responses
 """
-# ECHO in a stub process that, on -2, kills its parent: the replica running the stub, as
-# native code crashing inside the replica would (it refuses to where its parent is not one).
+# ECHO in a stub process that, on -2, kills the replica running the stub (the parent of
+# the stub's zygote), as native code crashing inside the replica would; it refuses to where
+# that process is not a replica.
 KILLS_ITS_REPLICA = ECHO.replace(
     "            if np.any(data < 0):",
     """            if np.any(data <= -2):
-                with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
-                    if b"ServeReplica" in parent.read():
-                        os.kill(os.getppid(), 9)
+                with open(f"/proc/{os.getppid()}/stat") as zygote:
+                    replica = int(zygote.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{replica}/cmdline", "rb") as process:
+                    if b"ServeReplica" in process.read():
+                        os.kill(replica, 9)
             if np.any(data < 0):""",
 )
 assert KILLS_ITS_REPLICA != ECHO

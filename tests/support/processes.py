@@ -54,6 +54,24 @@ def child_pids(parent: int) -> list[int]:
     return _live_pids(lambda fields: int(fields[1]) == parent)
 
 
+def descendant_pids(ancestor: int) -> list[int]:
+    """Live pids below ``ancestor`` (children, their children, ...)."""
+    found, frontier = [], [ancestor]
+    while frontier:
+        children = child_pids(frontier.pop())
+        found += children
+        frontier += children
+    return found
+
+
+def process_name(pid: int) -> bytes:
+    """The process's name (``/proc/<pid>/comm``); empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_bytes().strip()
+    except OSError:
+        return b""
+
+
 def _live_pids(selected: Callable[[list[str]], bool]) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():

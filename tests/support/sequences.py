@@ -39,8 +39,8 @@ output [
 ]
 """
 # The running sum of each sequence in this instance's memory, and the pid of the replica
-# that started the instance's stub process: a request run where its sequence is not held
-# would restart the sum at its value.
+# that started the instance's stub process (the parent of the stub's zygote): a request run
+# where its sequence is not held would restart the sum at its value.
 MODEL_PY = """
 import os
 
@@ -51,6 +51,8 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         self.sums = {}
+        with open(f"/proc/{os.getppid()}/stat") as zygote:
+            self.replica = int(zygote.read().rsplit(")", 1)[1].split()[1])
 
     def execute(self, requests):
         responses = []
@@ -63,7 +65,7 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse(
                     [
                         pb_utils.Tensor("SUM", np.array([[self.sums[key]]], np.int32)),
-                        pb_utils.Tensor("HOLDER", np.array([[os.getppid()]], np.int32)),
+                        pb_utils.Tensor("HOLDER", np.array([[self.replica]], np.int32)),
                     ]
                 )
             )
