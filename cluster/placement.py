@@ -27,6 +27,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from cluster.memory_budget import declared_footprint
+from cluster.queue_autoscaling import PENDING_PARAMETER, QUEUE_TIME_PARAMETER, queue_targets
 from cluster.recycling import ReplicaRecycling, replica_recycling
 from repo_adapter.backends import is_registered
 
@@ -282,8 +283,21 @@ def autoscaling_config(config: mc.ModelConfig) -> dict[str, Any] | None:
     Raises :class:`ValueError` with the reason for a value Serve would refuse.
     """
     value = _json_object_parameter(config, AUTOSCALING_PARAMETER)
+    targets = queue_targets(config)
     if value is None:
+        if targets is not None:
+            raise ValueError(
+                f"parameters '{QUEUE_TIME_PARAMETER}' and '{PENDING_PARAMETER}' need "
+                f"'{AUTOSCALING_PARAMETER}' (the replica bounds they scale within)"
+            )
         return None
+    if targets is not None:
+        if "policy" in value:
+            raise ValueError(
+                f"parameter '{AUTOSCALING_PARAMETER}' names a policy of its own, and "
+                f"'{QUEUE_TIME_PARAMETER}' or '{PENDING_PARAMETER}' another: keep one"
+            )
+        value = {**value, "policy": targets.serve_policy()}
     from pydantic import ValidationError
     from ray.serve.config import AutoscalingConfig
 

@@ -51,6 +51,7 @@ from deployments.http import sequence_calls
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.model_routes import ModelHttpEndpoints
+from deployments.observability.queue_signals import QueueSignals
 from deployments.observability.statistics import ModelStatistics, merge_entries
 from repo_adapter.backends import InstanceSpec
 from repo_adapter.config import ConfigDocument
@@ -80,6 +81,7 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
         )
         self._forwarder: TritonGrpcServicer | None = None
         self._routed = RoutedCalls()
+        self._queue_signals = QueueSignals()
 
     def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
         """How to build the model ``user_config`` describes."""
@@ -212,6 +214,11 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
 
     def slot_status(self, model: str) -> SlotStatus:
         return self._slot(model).status()
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's hook, called only where the model autoscales: Triton's queue signals for
+        a policy on them (:mod:`cluster.queue_autoscaling`)."""
+        return self._queue_signals.read(self.slot.metrics())
 
     async def __del__(self) -> None:
         await self.control.close()

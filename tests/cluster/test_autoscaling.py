@@ -3,7 +3,9 @@
 down to zero replicas where ``min_replicas`` is 0.
 
 Serve's signal is the requests a replica holds, which counts those waiting in its batcher's
-queue (``@serve.batch``), so a model whose batches cannot keep up scales out.
+queue (``@serve.batch``), so a model whose batches cannot keep up scales out. With
+``AUTOSCALING_TARGET_QUEUE_TIME_US`` or ``AUTOSCALING_TARGET_PENDING_REQUESTS`` the signal
+is Triton's own: the queue (:mod:`cluster.queue_autoscaling`).
 """
 
 from __future__ import annotations
@@ -121,6 +123,34 @@ def test_a_model_scales_up_under_load_and_back_down(serve_cluster, tmp_path):
         down = _wait_for("slow", 1, SCALE_TIMEOUT_S)
         assert failures == []
         print(f"scaled to 2 replicas {up:.1f} s into the load, back to 1 {down:.1f} s after it")
+    finally:
+        serve_cluster.delete_all()
+
+
+# Serve's own signal would never scale this one (100 requests per replica); the queue's does.
+ON_THE_QUEUE = (
+    '{"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 100, "upscale_delay_s": 1,'
+    ' "downscale_delay_s": 3, "look_back_period_s": 2, "metrics_interval_s": 0.5}'
+)
+QUEUE_TIME_TARGET = (
+    'parameters { key: "AUTOSCALING_TARGET_QUEUE_TIME_US" value: { string_value: "50000" } }\n'
+)
+
+
+def test_a_model_scales_on_its_queue_time_where_serves_signal_would_not(serve_cluster, tmp_path):
+    """``AUTOSCALING_TARGET_QUEUE_TIME_US``: 6 clients on a 0.2 s model wait ~1 s in its queue,
+    20 times the 50 ms target, so it scales out; idle, it scales back."""
+    (tmp_path / "queued" / "1").mkdir(parents=True)
+    queued = SLOW_CONFIG.replace(SCALING, ON_THE_QUEUE) + QUEUE_TIME_TARGET
+    (tmp_path / "queued" / "config.pbtxt").write_text(queued)
+    (tmp_path / "queued" / "1" / "model.py").write_text(SLOW_MODEL)
+    serve_cluster.deploy_live(tmp_path, "explicit", ["queued"])
+    try:
+        assert _running_replicas("queued") == 1
+        up, failures = _scale_up_under_load(serve_cluster.http_url, "queued")
+        down = _wait_for("queued", 1, SCALE_TIMEOUT_S)
+        assert failures == []
+        print(f"queue time: 2 replicas {up:.1f} s into the load, back to 1 {down:.1f} s after it")
     finally:
         serve_cluster.delete_all()
 
