@@ -108,7 +108,11 @@ def _run_stub(request: SpawnStub, fds: list[int]) -> int:
 
 
 def _fork_stub(
-    host: socket.socket, wakeup: tuple[int, int], request: SpawnStub, fds: list[int]
+    host: socket.socket,
+    selector: selectors.BaseSelector,
+    wakeup: tuple[int, int],
+    request: SpawnStub,
+    fds: list[int],
 ) -> int:
     pid = os.fork()
     if pid:
@@ -116,10 +120,12 @@ def _fork_stub(
     code = 1
     try:
         signal.set_wakeup_fd(-1)
+        selector.close()
         host.close()
         for fd in wakeup:
             os.close(fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter
         code = _run_stub(request, fds)
         atexit._run_exitfuncs()
     finally:
@@ -142,6 +148,9 @@ def _reap(host: socket.socket) -> None:
 
 def serve(host: socket.socket) -> None:
     """Fork a stub for each request until the host closes the socket."""
+    # A Ctrl-C meant for the server reaches its whole process group: the zygote leaves it to
+    # the host and the stubs, and ends with the host's socket.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     wakeup = wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wakeup_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the selector
@@ -157,7 +166,7 @@ def serve(host: socket.socket) -> None:
                 request, fds = received
                 assert isinstance(request, SpawnStub)
                 try:
-                    pid = _fork_stub(host, wakeup, request, fds)
+                    pid = _fork_stub(host, selector, wakeup, request, fds)
                 except OSError as err:
                     send(host, StubSpawned(request.request_id, 0, str(err)))
                 else:
