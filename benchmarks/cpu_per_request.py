@@ -43,6 +43,8 @@ _ROLES = (
     ("ServeReplica:rayton-server", "rayton server application replica"),
     ("ServeReplica:", "model replica"),
     ("haproxy", "HAProxy (Serve ingress)"),
+    # Forked stubs keep their zygote's command line.
+    ("repo_adapter.python_backend.stub_zygote", "rayton python stubs and their zygote"),
     ("triton_python_backend_stub", "Triton python backend stub"),
     ("tritonserver", "tritonserver"),
 )

@@ -118,13 +118,17 @@ def test_a_model_scales_up_under_load_and_back_down(serve_cluster, tmp_path):
     assert entry["state"] == "UNAVAILABLE"
     assert "parameter 'AUTOSCALING_CONFIG'" in entry["reason"], entry
     try:
-        assert _running_replicas("slow") == 1  # the autoscaler's initial count
-        up, failures = _scale_up_under_load(serve_cluster.http_url, "slow")
-        down = _wait_for("slow", 1, SCALE_TIMEOUT_S)
-        assert failures == []
-        print(f"scaled to 2 replicas {up:.1f} s into the load, back to 1 {down:.1f} s after it")
+        _up_under_load_and_back_to_one(serve_cluster.http_url, "slow")
     finally:
         serve_cluster.delete_all()
+
+
+def _up_under_load_and_back_to_one(url: str, model: str) -> None:
+    assert _running_replicas(model) == 1  # the autoscaler's initial count
+    up, failures = _scale_up_under_load(url, model)
+    down = _wait_for(model, 1, SCALE_TIMEOUT_S)
+    assert failures == []
+    print(f"{model}: 2 replicas {up:.1f} s into the load, back to 1 {down:.1f} s after it")
 
 
 # Serve's own signal would never scale this one (100 requests per replica); the queue's does.
@@ -146,11 +150,7 @@ def test_a_model_scales_on_its_queue_time_where_serves_signal_would_not(serve_cl
     (tmp_path / "queued" / "1" / "model.py").write_text(SLOW_MODEL)
     serve_cluster.deploy_live(tmp_path, "explicit", ["queued"])
     try:
-        assert _running_replicas("queued") == 1
-        up, failures = _scale_up_under_load(serve_cluster.http_url, "queued")
-        down = _wait_for("queued", 1, SCALE_TIMEOUT_S)
-        assert failures == []
-        print(f"queue time: 2 replicas {up:.1f} s into the load, back to 1 {down:.1f} s after it")
+        _up_under_load_and_back_to_one(serve_cluster.http_url, "queued")
     finally:
         serve_cluster.delete_all()
 

@@ -91,24 +91,6 @@ def write_probe(root: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def load():
-    """Load a model in a stub process; everything loaded is unloaded afterwards."""
-    loaded: list[PythonStubBackend] = []
-
-    def _load(name: str, repo: Path = MODELS) -> PythonStubBackend:
-        instance = InstanceSpec(f"{name}_0", own_process=True)
-        backend = PythonBackend.for_instance(model_version(name, repo), instance)
-        assert isinstance(backend, PythonStubBackend)
-        backend.load()
-        loaded.append(backend)
-        return backend
-
-    yield _load
-    for backend in loaded:
-        backend.unload()
-
-
 @pytest.fixture(autouse=True)
 def no_dispatcher():
     set_bls_dispatcher(None)

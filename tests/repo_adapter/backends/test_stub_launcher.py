@@ -9,20 +9,13 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 
-import pytest
-
-from repo_adapter.backends.base import InstanceSpec
-from repo_adapter.backends.python import PythonBackend
-from repo_adapter.backends.python_stub import PythonStubBackend
 from repo_adapter.backends.stub_launcher import launcher
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.python_backend.stub_channel import Arena
 from repo_adapter.python_backend.stub_zygote import STUB_PROCESS_NAME
 from tests.repo_adapter.backends.test_python_stub import (
     RESTART_S,
-    model_version,
     ok,
     probe_request,
     write_probe,
@@ -61,31 +54,12 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
 
 
-@pytest.fixture
-def started():
-    """Start stub backends; every one is unloaded afterwards."""
-    loaded: list[PythonStubBackend] = []
-
-    def _start(name: str, repo: Path) -> PythonStubBackend:
-        backend = PythonBackend.for_instance(
-            model_version(name, repo), InstanceSpec(f"{name}_0", own_process=True)
-        )
-        assert isinstance(backend, PythonStubBackend)
-        backend.load()
-        loaded.append(backend)
-        return backend
-
-    yield _start
-    for backend in loaded:
-        backend.unload()
-
-
 def parent_pid(pid: int) -> int:
     return int(stat_fields(pid)[1])
 
 
-def test_a_stub_is_forked_by_the_zygote_and_named_as_a_stub(started, tmp_path):
-    backend = started("probe", write_probe(tmp_path))
+def test_a_stub_is_forked_by_the_zygote_and_named_as_a_stub(load, tmp_path):
+    backend = load("probe", write_probe(tmp_path))
     stub_pid = backend._stub.process.pid
 
     zygote = launcher().zygote_pid()
@@ -95,9 +69,9 @@ def test_a_stub_is_forked_by_the_zygote_and_named_as_a_stub(started, tmp_path):
 
 
 def test_a_stub_takes_the_hosts_environment_path_and_directory_of_the_moment(
-    started, tmp_path, monkeypatch
+    load, tmp_path, monkeypatch
 ):
-    started("probe", write_probe(tmp_path / "first"))  # the zygote runs before the changes
+    load("probe", write_probe(tmp_path / "first"))  # the zygote runs before the changes
     root = tmp_path / "repository"
     for name in ("one", "two"):
         (root / name / "1").mkdir(parents=True)
@@ -112,7 +86,7 @@ def test_a_stub_takes_the_hosts_environment_path_and_directory_of_the_moment(
     for name in ("one", "two"):
         out = tmp_path / f"{name}.json"
         monkeypatch.setenv("SURROUNDINGS_OUT", str(out))
-        started(name, root)
+        load(name, root)
         seen.append(json.loads(out.read_text()))
 
     for surroundings in seen:
@@ -122,8 +96,8 @@ def test_a_stub_takes_the_hosts_environment_path_and_directory_of_the_moment(
     assert seen[0]["random"] != seen[1]["random"]  # numpy's seed is not the zygote's
 
 
-def test_exit_statuses_reach_the_host(started, tmp_path):
-    backend = started("probe", write_probe(tmp_path))
+def test_exit_statuses_reach_the_host(load, tmp_path):
+    backend = load("probe", write_probe(tmp_path))
     stub = backend._stub.process
     backend.unload()
     assert stub.wait(10) == 0 and stub.poll() == 0
@@ -145,8 +119,8 @@ def test_exit_statuses_reach_the_host(started, tmp_path):
             arena.close()
 
 
-async def test_a_lost_zygote_stops_its_stubs_which_restart_through_a_new_one(started, tmp_path):
-    backend = started("probe", write_probe(tmp_path))
+async def test_a_lost_zygote_stops_its_stubs_which_restart_through_a_new_one(load, tmp_path):
+    backend = load("probe", write_probe(tmp_path))
     stub = backend._stub.process
     zygote = launcher().zygote_pid()
     assert zygote is not None
