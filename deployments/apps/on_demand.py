@@ -20,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from cluster.memory_budget import (
     BudgetNode,
@@ -77,6 +78,7 @@ class OnDemandLoads:
         self._wake = asyncio.Event()
         self._failed: dict[str, str] = {}  # model -> fingerprint of the files that failed
         self._per_replica: dict[str, int] = {}  # model -> bytes one replica took last time
+        self._files_size: dict[str, tuple[str, int]] = {}  # model -> (generation, bytes)
         self._loaded_at: dict[str, float] = {}  # model -> wall time it loaded
         self._loads: dict[str, int] = {}
         self._evictions: dict[str, int] = {}
@@ -328,11 +330,23 @@ class OnDemandLoads:
         count = max(len(replicas), 1)
         if placement is not None and placement.footprint is not None:
             return placement.footprint * count
-        record = self.repository.records[name]
-        files = _files_bytes(record.served.path) if record.served is not None else 0
+        files = self._served_files_bytes(name)
         measured = sum(max(s.footprint_bytes, files) for s in replicas) or files
         self._per_replica[name] = measured // count
         return measured
+
+    def _served_files_bytes(self, name: str) -> int:
+        """The size of the served model's files, walked once per loaded generation: the
+        budget reads footprints on every plan and scrape."""
+        record = self.repository.records[name]
+        if record.served is None:
+            return 0
+        cached = self._files_size.get(name)
+        if cached is not None and cached[0] == record.generation:
+            return cached[1]
+        size = _files_bytes(record.served.path)
+        self._files_size[name] = (record.generation, size)
+        return size
 
     # ------------------------------------------------------------------ views
 
@@ -363,7 +377,7 @@ def _retrieved(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-def _files_bytes(path) -> int:
+def _files_bytes(path: Path) -> int:
     """The size of the files under a model's directory."""
     total = 0
     try:
