@@ -100,7 +100,9 @@ def _run_stub(request: SpawnStub, fds: list[int]) -> int:
     try:
         stub_main.main(sys.argv)
         return 0
-    except SystemExit as stop:
+    except SystemExit as stop:  # sys.exit(): None is success, as for an interpreter
+        if stop.code is None:
+            return 0
         return stop.code if isinstance(stop.code, int) else 1
     except BaseException:
         traceback.print_exc()
