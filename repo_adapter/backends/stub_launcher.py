@@ -100,7 +100,12 @@ class _Zygote:
             if not self.alive:
                 raise StubLaunchError("the stub zygote has ended")
             self.spawning[request.request_id] = spawned
-        send(self.socket, request, fds)
+        try:
+            send(self.socket, request, fds)
+        except OSError:  # the zygote went just now: its reader fails the rest
+            with self.lock:
+                self.spawning.pop(request.request_id, None)
+            raise
         return spawned
 
     def _read(self) -> None:
