@@ -41,6 +41,7 @@ from deployments.apps.handles import (
 from deployments.apps.http_ingress import HttpIngress
 from deployments.apps.model_deployment import ModelSpec, spec_generation
 from deployments.apps.node_response_cache import NodeResponseStore, model_cache
+from deployments.apps.region_hops import ReplicaRegionHops
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import (
@@ -59,12 +60,13 @@ from deployments.grpc.model_infer import (
     RoutedCalls,
     SerializedMessage,
     answer_grpc,
-    infer_serialized,
+    infer_message,
     parse_infer_request,
     stream_serialized,
 )
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
+from deployments.http import region_calls
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.model_routes import ModelHttpEndpoints
@@ -74,6 +76,7 @@ from repo_adapter.backends import InstanceSpec
 from repo_adapter.config import ConfigDocument
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import InferRequest, InferResponse
+from repo_adapter.request_validation import model_not_found
 from repo_adapter.response_stream import StreamedResponse
 
 HOST_ROUTE_PREFIX = "/v2/models"
@@ -102,7 +105,11 @@ class TritonModelHost(HttpIngress, ControlledReplica):
     def __init__(self, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         super().__init__(max_input_size)
         self.host = ModelHost()
-        self.control = ReplicaControl(lambda: sorted(self.host.slots), self.host.metrics)
+        self.control = ReplicaControl(
+            lambda: sorted(self.host.slots),
+            self.host.metrics,
+            ingress_address=lambda: self.direct_address,
+        )
         # Hosted python models make BLS calls like dedicated ones; to a co-hosted model, here.
         install_bls(local_model=self._ready_slot)
         self._members = ModelHandles()
@@ -110,7 +117,8 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         core = cluster_server_core()
         self._server = ServerHttpEndpoints(core, self._members.http)
         self._grpc = TritonGrpcServicer(core)
-        self._routed = RoutedCalls()
+        self._region_hops = ReplicaRegionHops()
+        self._routed = RoutedCalls(self._region_hops)
         self._cache_store = NodeResponseStore(ControllerCaches())
         self._started = False
         self._hosting = ControllerHosting()
@@ -185,6 +193,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
                 self._statistics_of(name),
                 controller_trace_setting,
                 replica_regions(),
+                self._region_hops,
             )
             for name in models
         }
@@ -259,12 +268,21 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         return slot if slot is not None and slot.serving is not None else None
 
     async def handle_http(self, request: HttpRequest) -> HttpReply:
+        if request.path == region_calls.GRPC_PATH:  # from another replica of the host
+            return await region_calls.answer_grpc(request, self._infer_hopped_grpc)
         parts = request.path.split("/", 4)  # "", "v2", "models", name, rest
         name = parts[3] if len(parts) > 3 else ""
         endpoints = self._endpoints.get(name) if self._serving_slot(name) else None
         if endpoints is None:
             return await self._server.handle(request)
         return await endpoints.handle(request)
+
+    async def _infer_hopped_grpc(self, request: pb.ModelInferRequest) -> bytes:
+        """A ``ModelInfer`` another host replica sent here, where the region it names is."""
+        slot = self._serving_slot(request.model_name)
+        if slot is None:
+            raise model_not_found(request.model_name)
+        return await infer_message(slot.infer, request)
 
     # ------------------------------------------------------------------ gRPC
 
@@ -312,7 +330,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
             yield item
 
     async def infer_wire(self, model: str, message: bytes) -> bytes:
-        return await infer_serialized(self.host.slot(model).infer, message)
+        return await self._routed.infer_wire(model, self.host.slot(model).infer, message)
 
     async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
         async for reply in stream_serialized(self.host.slot(model), message):

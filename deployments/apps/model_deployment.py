@@ -29,6 +29,7 @@ from deployments.apps.bls import install_bls
 from deployments.apps.handles import ask_own_replicas
 from deployments.apps.http_ingress import HttpIngress
 from deployments.apps.node_response_cache import NodeResponseStore, model_cache
+from deployments.apps.region_hops import ReplicaRegionHops
 from deployments.apps.replica_api import ModelReplicaApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
 from deployments.apps.repository_access import ControllerCaches, cluster_server_core
@@ -42,12 +43,12 @@ from deployments.grpc.model_infer import (
     RoutedCalls,
     SerializedMessage,
     answer_grpc,
-    infer_serialized,
+    infer_message,
     parse_infer_request,
     stream_serialized,
 )
 from deployments.grpc.servicer import TritonGrpcServicer
-from deployments.http import sequence_calls
+from deployments.http import region_calls, sequence_calls
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.model_routes import ModelHttpEndpoints
@@ -74,13 +75,20 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
 
     def __init__(self, name: str, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
         self.slot = ModelSlot(name)
-        self.control = ReplicaControl(self.held_models, self.slot.metrics)
+        self.control = ReplicaControl(
+            self.held_models, self.slot.metrics, ingress_address=lambda: self.direct_address
+        )
         super().__init__(max_input_size)
+        region_hops = ReplicaRegionHops()
         self._http = ModelHttpEndpoints(
-            self.slot, self._statistics_here, controller_trace_setting, replica_regions()
+            self.slot,
+            self._statistics_here,
+            controller_trace_setting,
+            replica_regions(),
+            region_hops,
         )
         self._forwarder: TritonGrpcServicer | None = None
-        self._routed = RoutedCalls()
+        self._routed = RoutedCalls(region_hops)
         self._queue_signals = QueueSignals()
 
     def build(self, user_config: dict[str, Any]) -> Callable[[], ServedModel]:
@@ -118,7 +126,13 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
     async def handle_http(self, request: HttpRequest) -> HttpReply:
         if request.path.startswith(sequence_calls.PATHS):  # from a replica of this model
             return await sequence_calls.answer(request, self.slot)
+        if request.path == region_calls.GRPC_PATH:  # from a replica of this model
+            return await region_calls.answer_grpc(request, self._infer_hopped_grpc)
         return await self._http.handle(request)
+
+    async def _infer_hopped_grpc(self, request: pb.ModelInferRequest) -> bytes:
+        """A ``ModelInfer`` another replica sent here, where the region it names is."""
+        return await infer_message(self._slot(request.model_name).infer, request)
 
     async def infer_grpc_message(self, message: bytes) -> bytes:
         """A unary ``ModelInfer`` HAProxy sent here over HTTP/1.1 (grpc/over_http.py)."""
@@ -165,7 +179,7 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
             yield item
 
     async def infer_wire(self, model: str, message: bytes) -> bytes:
-        return await infer_serialized(self._slot(model).infer, message)
+        return await self._routed.infer_wire(model, self._slot(model).infer, message)
 
     async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
         async for reply in stream_serialized(self._slot(model), message):

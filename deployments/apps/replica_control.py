@@ -38,7 +38,8 @@ class ReplicaControl:
 
     ``held_models()`` names the models this replica holds (for ``rayton status``);
     ``version_metrics()`` returns their per-version counters; ``traces``: whether this replica
-    runs models and so follows the trace settings (the front deployments only log).
+    runs models and so follows the trace settings (the front deployments only log);
+    ``ingress_address()`` where the replica's own HTTP port listens ("": none).
     """
 
     def __init__(
@@ -46,8 +47,10 @@ class ReplicaControl:
         held_models: Callable[[], list[str]],
         version_metrics: MetricsOf = _no_metrics,
         traces: bool = True,
+        ingress_address: Callable[[], str] = str,
     ) -> None:
         self._held_models = held_models
+        self._ingress_address = ingress_address
         self._version_metrics = version_metrics
         self._traces = traces
         self._adopting: asyncio.Task | None = None
@@ -66,7 +69,7 @@ class ReplicaControl:
         apply_trace_plan(plan)
 
     def replica_info(self) -> ReplicaInfo:
-        return replica_info(self._held_models())
+        return replica_info(self._held_models(), self._ingress_address())
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         return MetricsSnapshot(self._version_metrics(), collect_metrics())

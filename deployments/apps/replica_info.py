@@ -11,8 +11,8 @@ from ray import serve
 from deployments.observability.status import ReplicaInfo
 
 
-def replica_info(models: list[str]) -> ReplicaInfo:
-    """This replica, holding ``models``."""
+def replica_info(models: list[str], ingress_address: str = "") -> ReplicaInfo:
+    """This replica, holding ``models``, its own HTTP port at ``ingress_address``."""
     node_id = ray.get_runtime_context().get_node_id()
     context = serve.get_replica_context()
     return ReplicaInfo(
@@ -24,6 +24,7 @@ def replica_info(models: list[str]) -> ReplicaInfo:
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         pid=os.getpid(),
         models=models,
+        ingress_address=ingress_address,
     )
 
 

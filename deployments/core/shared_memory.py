@@ -11,7 +11,8 @@ size instead of sending an input's bytes or receiving an output's.
 * :class:`MappedRegions` is a serving process's view: each region it was told about, mapped
   on first use; inputs are read as views of the mapping (no copy), outputs written into it.
   A region registered on another node is refused, never mapped: its key would name another
-  object here.
+  object here (:class:`RegionElsewhereError`: the serving layer sends the request to a replica
+  on that node).
 
 Errors carry Triton's codes and messages.
 """
@@ -157,6 +158,25 @@ class RegionNotKnownError(Exception):
         self.name = name
 
 
+class RegionElsewhereError(InferenceServerError):
+    """A request names a region registered on another node than this process's: a replica
+    there must serve it (the serving layer forwards it there, or answers this error)."""
+
+    def __init__(self, region: str, node_id: str, here: str) -> None:
+        super().__init__(
+            f"shared memory region '{region}' was registered on node {node_id}; this replica "
+            f"runs on node {here} and cannot reach it: send requests that name it to the node "
+            "where it was registered",
+            StatusCode.UNAVAILABLE,
+        )
+        self.region = region
+        self.node_id = node_id
+        self.here = here
+
+    def __reduce__(self):  # pickled with its own arguments, not the base class's
+        return (RegionElsewhereError, (self.region, self.node_id, self.here))
+
+
 class MappedRegions:
     """The regions one serving process knows, mapped when first used (``node_id``: this
     process's node; ``fetch``: the table's regions now, asked when a request names a region
@@ -194,12 +214,7 @@ class MappedRegions:
         if region is None:
             raise RegionNotKnownError(name)
         if region.node_id and self.node_id and region.node_id != self.node_id:
-            raise InferenceServerError(
-                f"shared memory region '{name}' was registered on node {region.node_id}; this "
-                f"replica runs on node {self.node_id} and cannot reach it: send requests that "
-                "name it to the node where it was registered",
-                StatusCode.UNAVAILABLE,
-            )
+            raise RegionElsewhereError(name, region.node_id, self.node_id)
         mapped = self._maps.get(name)
         if mapped is None:
             descriptor = _open(region.key)

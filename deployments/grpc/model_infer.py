@@ -29,7 +29,12 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 
-from deployments.core.shared_memory import RegionNotKnownError, process_regions, unknown_region
+from deployments.core.shared_memory import (
+    RegionElsewhereError,
+    RegionNotKnownError,
+    process_regions,
+    unknown_region,
+)
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.streams import SequenceTurns, replies_or_error, stream_replies
@@ -45,6 +50,15 @@ InferFn = Callable[[InferRequest], Awaitable[InferResponse]]
 ForwardFn = Callable[[InferRoute, bytes], AsyncIterator[bytes]]
 
 _DECOUPLED_UNARY = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
+class GrpcRegionHop(Protocol):
+    """Sends a serialized ``ModelInferRequest`` to a replica of the same model on the node
+    where a region it names was registered (:mod:`deployments.http.region_calls`)."""
+
+    async def forward_grpc(
+        self, elsewhere: RegionElsewhereError, model: str, message: bytes
+    ) -> bytes: ...
 
 
 class StreamTarget(Protocol):
@@ -206,10 +220,15 @@ class RoutedCalls:
     requests that HAProxy routed here), counted while they run: one that arrives while others
     are in flight has its batch run off the event loop (:attr:`InferRequest.offload_execution`;
     BENCHMARKS.md, "Tuning: kept and rejected"); a lone call keeps the inline path's latency.
-    One per replica."""
+    One per replica.
 
-    def __init__(self) -> None:
+    ``region_hop`` (None: none) carries a call that names a shared-memory region of another
+    node to a replica there; without one, such a call is answered UNAVAILABLE.
+    """
+
+    def __init__(self, region_hop: GrpcRegionHop | None = None) -> None:
         self.in_flight = 0
+        self._region_hop = region_hop
 
     async def infer(self, infer: InferFn, request: pb.ModelInferRequest) -> bytes:
         """A ``ModelInfer`` routed to this model's replica by the model it names
@@ -219,8 +238,24 @@ class RoutedCalls:
         self.in_flight += 1
         try:
             return await infer_message(infer, request, offload_execution=self.in_flight > 1)
+        except RegionElsewhereError as elsewhere:  # raised while decoding: nothing ran here
+            if self._region_hop is None:
+                raise
+            message = request.SerializeToString()
+            return await self._region_hop.forward_grpc(elsewhere, request.model_name, message)
         finally:
             self.in_flight -= 1
+
+    async def infer_wire(self, model: str, infer: InferFn, message: bytes) -> bytes:
+        """A serialized ``ModelInfer`` for ``model`` the gRPC frontend forwarded through the
+        model's deployment (not counted in flight: the frontend's calls keep the inline
+        path)."""
+        try:
+            return await infer_serialized(infer, message)
+        except RegionElsewhereError as elsewhere:  # raised while decoding: nothing ran here
+            if self._region_hop is None:
+                raise
+            return await self._region_hop.forward_grpc(elsewhere, model, message)
 
     async def _stream_local(
         self, target: StreamTarget, request: pb.ModelInferRequest

@@ -12,9 +12,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from deployments.core.served_model import ServedModel, StreamingModel
-from deployments.core.shared_memory import MappedRegions, RegionNotKnownError, unknown_region
+from deployments.core.shared_memory import (
+    MappedRegions,
+    RegionElsewhereError,
+    RegionNotKnownError,
+    unknown_region,
+)
 from deployments.http.generate import generate_reply, generate_request, generate_stream_reply
 from deployments.http.messages import HttpReply, HttpRequest
+from deployments.http.region_calls import HttpRegionHop, hopped
 from deployments.http.request_decoding import decode_infer_request, parse_json_object
 from deployments.http.response_encoding import encode_infer_response
 from deployments.http.responses import (
@@ -85,12 +91,16 @@ class ModelHttpEndpoints:
         statistics: Callable[[str], Awaitable[list[ModelStatistics]]],
         trace_setting: TraceSettingFn,
         regions: MappedRegions | None = None,
+        region_hop: HttpRegionHop | None = None,
     ) -> None:
-        """``regions``: the system shared-memory regions requests may name (None: none)."""
+        """``regions``: the system shared-memory regions requests may name (None: none);
+        ``region_hop``: how a request naming a region of another node reaches a replica
+        there (None: it is answered UNAVAILABLE)."""
         self.served = served
         self._statistics = statistics  # the model's totals over all its replicas
         self._trace_setting = trace_setting  # the controller owns the trace settings
         self._regions = regions
+        self._region_hop = region_hop
         self._raw_input_for: tuple[Any, RawInputSpec | None] = (None, None)
 
     def _raw_input(self) -> RawInputSpec | None:
@@ -196,6 +206,10 @@ class ModelHttpEndpoints:
             )
         except DecoupledModelError:
             return error_response(InferenceServerError(_DECOUPLED_INFER, StatusCode.UNSUPPORTED))
+        except RegionElsewhereError as elsewhere:  # raised while decoding: nothing ran here
+            if self._region_hop is None or hopped(request):
+                return error_response(elsewhere)
+            return await self._region_hop.forward_http(elsewhere, self.served.name, request)
         except InferenceServerError as err:
             return error_response(err)
         finally:

@@ -20,7 +20,8 @@ from repo_adapter.live_repository import IndexEntry
 @dataclass(frozen=True)
 class ReplicaInfo:
     """Where one replica runs: its Serve id and deployment, node, the GPU ids Ray gave it and
-    the devices it sees (a pinned replica sees its pinned GPU), its pid, the models it holds."""
+    the devices it sees (a pinned replica sees its pinned GPU), its pid, the models it holds,
+    and where its own HTTP port listens behind HAProxy ("": it has none)."""
 
     replica: str
     deployment: str
@@ -30,6 +31,7 @@ class ReplicaInfo:
     cuda_visible_devices: str = ""
     pid: int = 0
     models: list[str] = field(default_factory=list)
+    ingress_address: str = ""
 
 
 class VersionStatus(TypedDict):

@@ -2,7 +2,7 @@
 and two worker nodes with 2 logical GPUs and the per-GPU resources each) served by
 ``rayton serve --address``, read back from every replica with ``rayton status``; a sequence
 model's replicas on the three nodes, behind HAProxy, each sequence's requests reaching the
-replica that holds it.
+replica that holds it; requests naming a shared-memory region served on the region's node.
 
 One cluster for the module; its own processes (not the session's cluster), each in a process
 session of its own and ended pid by pid.
@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
 
 from tests.support.dev_cluster import RAYTON, RaytonCluster
 from tests.support.live_models import ADDER_MODEL
@@ -55,6 +57,15 @@ instance_group [
   { name: "gpu" count: 1 kind: KIND_GPU gpus: [ 1 ] }
 ]
 """
+# One replica per node: HAProxy sends requests to all three.
+REGIONAL = """\
+backend: "python"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { count: 3 kind: KIND_CPU } ]
+parameters { key: "MAX_REPLICAS_PER_NODE" value: { string_value: "1" } }
+"""
 GPUS_PER_WORKER = 2
 SEQUENCE_REPLICAS = 3
 # Bounds for a 2-core machine running three raylets.
@@ -75,6 +86,7 @@ def multinode(tmp_path_factory):
     repository = root / "repo"
     _write_model(repository, "pinned", PINNED, 1.0)
     _write_model(repository, "mixed", MIXED, 2.0)
+    _write_model(repository, "regional", REGIONAL, 3.0)
     write_sequence_model(repository, replicas=SEQUENCE_REPLICAS, per_node=1)
     ray_tmp = Path(f"/tmp/rt{os.getpid()}m")
     env = rayton_serve_env(ray_tmp)
@@ -85,6 +97,7 @@ def multinode(tmp_path_factory):
     command += ["--address", cluster.address, "--proxy-location", "HeadOnly"]
     command += ["--model-control-mode", "explicit", "--load-model", "pinned"]
     command += ["--load-model", "mixed", "--load-model", SEQUENCE_MODEL]
+    command += ["--load-model", "regional", "--allow-client-shm", "true"]
     server = ServerProcess(command, root / "serve.log", env)
     try:
         server.wait_http(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout_s=300)
@@ -175,6 +188,49 @@ def test_a_model_with_a_cpu_and_a_gpu_group_gets_both(multinode):
     assert _infer(grpc_url, "mixed", 1.0, "grpc") == 3.0
     stats = httpclient.InferenceServerClient(http_url).get_inference_statistics("mixed")
     assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) >= 17
+
+
+def test_requests_naming_a_region_are_served_on_the_regions_node(multinode):
+    """A region is a file of the head node's /dev/shm (registered through the front, which
+    runs there): a request HAProxy gives a worker's replica hops to the head's replica; a
+    model with no replica on the head node answers UNAVAILABLE with the reason."""
+    _, http_url, grpc_url = multinode
+    replicas = _status(http_url)["models"]["regional"]["replicas"]
+    assert len({r["node_id"] for r in replicas}) == 3, replicas  # one per node
+    tag = os.getpid()
+    regions = {
+        "in": shm.create_shared_memory_region("mn_in", f"/rt_mn_in_{tag}", 4),
+        "out": shm.create_shared_memory_region("mn_out", f"/rt_mn_out_{tag}", 4),
+    }
+    http = httpclient.InferenceServerClient(http_url)
+    grpc = grpcclient.InferenceServerClient(grpc_url)
+    try:
+        http.register_system_shared_memory("mn_in", f"/rt_mn_in_{tag}", 4)
+        http.register_system_shared_memory("mn_out", f"/rt_mn_out_{tag}", 4)
+        answered = Counter()
+        for step in range(24):  # one at a time: each reads what it wrote
+            module, client = (httpclient, http) if step % 2 else (grpcclient, grpc)
+            shm.set_shared_memory_region(regions["in"], [np.array([[step]], np.float32)])
+            tensor = module.InferInput("IN", [1, 1], "FP32")
+            tensor.set_shared_memory("mn_in", 4)
+            output = module.InferRequestedOutput("OUT")
+            output.set_shared_memory("mn_out", 4)
+            client.infer("regional", [tensor], outputs=[output])
+            out = shm.get_contents_as_numpy(regions["out"], np.float32, [1, 1])
+            assert float(out[0, 0]) == step + 3.0, (step, module.__name__)
+            answered[module.__name__] += 1
+        assert answered == {"tritonclient.http": 12, "tritonclient.grpc": 12}
+        # The pinned model runs on the workers only: no replica can reach the region.
+        tensor = httpclient.InferInput("IN", [1, 1], "FP32")
+        tensor.set_shared_memory("mn_in", 4)
+        with pytest.raises(InferenceServerException, match="has no replica on node") as error:
+            http.infer("pinned", [tensor])
+        assert error.value.status() == "503", error.value
+    finally:
+        http.unregister_system_shared_memory()
+        for handle in regions.values():
+            shm.destroy_shared_memory_region(handle)
+        http.unload_model("regional")  # the later tests need the worker nodes' room
 
 
 def test_sequences_reach_the_replica_holding_them_on_any_node(multinode):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import numpy as np
 import pytest
 
 from deployments.core.shared_memory import (
     MappedRegions,
+    RegionElsewhereError,
     RegionNotKnownError,
     RegionTable,
     SystemRegion,
@@ -84,9 +86,15 @@ def test_a_region_of_another_node_is_refused_not_mapped(shm_object):
     key, _ = shm_object
     regions = MappedRegions("node-b")
     regions.adopt([SystemRegion("r", key, 0, 64, "node-a")])
-    with pytest.raises(InferenceServerError, match="registered on node node-a") as refused:
+    with pytest.raises(RegionElsewhereError, match="registered on node node-a") as refused:
         regions.read("r", 0, 4)
     assert refused.value.code == StatusCode.UNAVAILABLE
+    assert (refused.value.region, refused.value.node_id) == ("r", "node-a")
+    copy = pickle.loads(pickle.dumps(refused.value))
+    assert (copy.message, copy.node_id) == (refused.value.message, "node-a")
+    assert copy.code == StatusCode.UNAVAILABLE
+    with pytest.raises(RegionElsewhereError):  # an output there is refused before any run
+        regions.check("r", 0, 4)
 
 
 async def test_a_region_registered_meanwhile_is_fetched(shm_object):
