@@ -230,3 +230,12 @@ def _reachable_address(host: str, port: int) -> str:
 
         host = ray.util.get_node_ip_address()
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def session_dir() -> str:
+    """The Ray session's directory on this node (``/tmp/ray/session_...``), where Ray's
+    dashboard writes its Grafana configuration; "" outside a connected Ray process."""
+    from ray._private import worker
+
+    node = getattr(worker.global_worker, "node", None)
+    return node.get_session_dir_path() if node is not None else ""

@@ -25,6 +25,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from cluster.memory_budget import BudgetUsage
+from cluster.serve_internals import session_dir
 from deployments.apps.handles import broadcast
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
@@ -32,9 +33,11 @@ from deployments.apps.repository_access import ControllerRepository
 from deployments.core.response_cache import CacheUsage
 from deployments.metrics.collector import MetricsCollector, MetricsSnapshot
 from deployments.metrics.exposition import CONTENT_TYPE
+from deployments.metrics.grafana import install_for_ray
 from deployments.metrics.options import MetricsAppArgs
 from deployments.metrics.ray_export import RayMetricsMirror
 from deployments.metrics.replica_gauges import ModelScaling
+from repo_adapter.live_repository import IndexEntry
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +80,7 @@ class TritonMetrics(ControlledReplica):
             self._cache_usage,
             self._model_scaling,
             self._memory_budget,
+            self._model_states,
         )
         self._ray_metrics = RayMetricsMirror()
         sock = socket.socket(socket.AF_INET6 if ":" in self.args.metrics_host else socket.AF_INET)
@@ -96,6 +100,8 @@ class TritonMetrics(ControlledReplica):
         self._server = _QuietServer(app, sock)
         self._sampler = asyncio.get_running_loop().create_task(self._sample_every_interval())
         logger.info("Triton metrics on http://%s:%d/metrics", self.args.metrics_host, self.port)
+        if session_dir():  # the families this exports to Ray, beside Ray's own dashboards
+            install_for_ray(session_dir())
         self.control = ReplicaControl(held_models=list, traces=False)
         self.control.adopt_controller_settings()
 
@@ -136,6 +142,9 @@ class TritonMetrics(ControlledReplica):
         return await asyncio.wait_for(
             self._controller.handle.model_scaling.remote(), _SNAPSHOT_TIMEOUT_S
         )
+
+    async def _model_states(self) -> list[IndexEntry]:
+        return await self._controller.index(ready_only=False)
 
     async def _memory_budget(self) -> BudgetUsage | None:
         return await asyncio.wait_for(

@@ -25,6 +25,7 @@ from deployments.metrics.replica_gauges import (
     ModelScaling,
     budget_families,
     replica_families,
+    state_families,
 )
 from deployments.metrics.system import (
     CpuSampler,
@@ -34,6 +35,7 @@ from deployments.metrics.system import (
     memory_bytes,
 )
 from deployments.observability.statistics import VersionMetrics
+from repo_adapter.live_repository import IndexEntry
 from repo_adapter.python_backend.metrics import CustomFamily
 
 
@@ -53,6 +55,8 @@ CacheUsages = Callable[[], Awaitable[list[CacheUsage] | None]]
 ModelScalings = Callable[[], Awaitable[list[ModelScaling]]]
 # The memory budget of models loaded on demand (None: the server loads none on demand).
 MemoryBudgets = Callable[[], Awaitable[BudgetUsage | None]]
+# The repository index (rayton_model_state).
+ModelStates = Callable[[], Awaitable[list[IndexEntry]]]
 
 
 async def _no_cache() -> list[CacheUsage] | None:
@@ -67,6 +71,10 @@ async def _no_budget() -> BudgetUsage | None:
     return None
 
 
+async def _no_states() -> list[IndexEntry]:
+    return []
+
+
 class MetricsCollector:
     """Builds the families of ``/metrics``; one per metrics endpoint."""
 
@@ -77,11 +85,13 @@ class MetricsCollector:
         caches: CacheUsages = _no_cache,
         scaling: ModelScalings = _no_scaling,
         budget: MemoryBudgets = _no_budget,
+        states: ModelStates = _no_states,
     ) -> None:
         self._fetch = fetch
         self._caches = caches
         self._scaling = scaling
         self._budget = budget
+        self._states = states
         self._latency = LatencyOptions(
             counter_latencies=args.setting("counter_latencies", True),
             summary_latencies=args.setting("summary_latencies", False),
@@ -111,11 +121,12 @@ class MetricsCollector:
         return versions, custom
 
     async def families(self) -> list[Family]:
-        (versions, custom), caches, scaling, budget = await asyncio.gather(
-            self.snapshot(), self._caches(), self._scaling(), self._budget()
+        (versions, custom), caches, scaling, budget, states = await asyncio.gather(
+            self.snapshot(), self._caches(), self._scaling(), self._budget(), self._states()
         )
         families = model_families(versions, self._latency) + custom_families(custom)
         families += self._system + ([] if caches is None else cache_families(caches))
+        families += state_families(states) if states else []
         families += replica_families(scaling) if scaling else []
         return families + ([] if budget is None else budget_families(budget))
 

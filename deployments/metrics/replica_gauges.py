@@ -1,7 +1,8 @@
-"""rayton's per-model replica families, beyond Triton: how many replicas serve each model
-now, and how many were added and removed since it was served (autoscaling, scale to zero,
-recycling), as the repository controller saw them in Serve's status; and, where models load
-on demand, the memory budget and each model's residency, loads and evictions."""
+"""rayton's per-model families, beyond Triton: each model version's state in the repository
+index; how many replicas serve each model now, and how many were added and removed since it
+was served (autoscaling, scale to zero, recycling), as the repository controller saw them in
+Serve's status; and, where models load on demand, the memory budget and each model's
+residency, loads and evictions."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from dataclasses import dataclass
 
 from cluster.memory_budget import BudgetUsage
 from deployments.metrics.exposition import Family
+from repo_adapter.live_repository import IndexEntry
+
+# Triton's model states, as the repository index names them.
+MODEL_STATES = ("READY", "LOADING", "UNLOADING", "UNAVAILABLE")
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,22 @@ class ModelScaling:
     replicas: int
     added: int
     removed: int
+
+
+def state_families(index: Sequence[IndexEntry]) -> list[Family]:
+    """``rayton_model_state``: per model version of the index, 1 for the state it is in and 0
+    for the others (a model never loaded has no version: version "", UNAVAILABLE)."""
+    state = Family(
+        "rayton_model_state",
+        "gauge",
+        "Whether the model version is in the state named (1) or not (0), as the index shows it",
+    )
+    for entry in index:
+        now = entry.get("state", "UNAVAILABLE")
+        for name in MODEL_STATES:
+            labels = {"model": entry["name"], "version": entry.get("version", ""), "state": name}
+            state.add(labels, 1 if name == now else 0)
+    return [state]
 
 
 def replica_families(records: Sequence[ModelScaling]) -> list[Family]:

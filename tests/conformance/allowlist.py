@@ -255,9 +255,10 @@ ALLOWED += (
     ),
     Difference(
         "metrics[families]",
-        "/rayton_model_replicas*",
-        "rayton's own families: the replicas serving each model and how many it scaled up and "
-        "down by (autoscaling, scale to zero, recycling); Triton is one process.",
+        "/rayton_model_*",
+        "rayton's own families: each model version's state, the replicas serving each model "
+        "and how many it scaled up and down by (autoscaling, scale to zero, recycling); Triton "
+        "is one process.",
         reference=MISSING,
     ),
     Difference(

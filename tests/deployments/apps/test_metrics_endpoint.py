@@ -22,7 +22,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from deployments.metrics.grafana import dashboard
+from cluster.serve_internals import session_dir
+from deployments.metrics.grafana import (
+    RAY_DASHBOARD_PATH,
+    RAY_NAMES,
+    dashboard,
+    ray_dashboard_folder,
+    state_query,
+)
 from tests.support.live_models import write_chain
 from tests.support.ports import free_port
 from tests.support.processes import session_pids, start_session
@@ -275,6 +282,20 @@ class TestDedicatedReplicas:
                 port,
                 requests_panel.replace("$model", "unbatched").replace("$__rate_interval", "1m"),
             )["data"]["result"], "the throughput panel shows no series"
+            # The dashboard for Ray's Prometheus: valid over Ray's series, and it shows the
+            # model's state and replicas (exported with the counters waited for above).
+            for panel in dashboard(RAY_NAMES)["panels"]:
+                for target in panel["targets"]:
+                    expr = target["expr"].replace("$model", ".*")
+                    answer = query_api(port, expr.replace("$__rate_interval", "2m"))
+                    assert answer["status"] == "success", (panel["title"], answer)
+            states = query_api(port, state_query(RAY_NAMES).replace("$model", "unbatched"))
+            assert [r["metric"]["state"] for r in states["data"]["result"]] == ["READY"], states
+            replicas = 'max by (model) (ray_rayton_model_replicas{model="unbatched"})'
+            assert (query(port, replicas) or 0) >= 1, query_api(port, replicas)
+            # ... installed beside Ray's own dashboards, where Ray's Grafana loads them.
+            installed = ray_dashboard_folder(session_dir()) / "rayton_models_grafana_dashboard.json"
+            assert installed.read_text() == RAY_DASHBOARD_PATH.read_text()
         finally:
             for pid in session_pids(prometheus.pid):
                 os.kill(pid, signal.SIGKILL)

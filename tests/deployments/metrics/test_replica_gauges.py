@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from deployments.metrics.exposition import render
-from deployments.metrics.replica_gauges import ModelScaling, replica_families
+from deployments.metrics.replica_gauges import ModelScaling, replica_families, state_families
 
 
 def test_a_sample_per_model_of_the_gauge_and_both_counters():
@@ -14,3 +14,18 @@ def test_a_sample_per_model_of_the_gauge_and_both_counters():
     assert "# TYPE rayton_model_replicas_added counter" in text
     assert 'rayton_model_replicas_added{model="m"} 3' in text
     assert 'rayton_model_replicas_removed{model="m"} 4' in text
+
+
+def test_each_versions_state_is_one_of_tritons_states():
+    index = [
+        {"name": "m", "version": "1", "state": "READY"},
+        {"name": "m", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"},
+        {"name": "never"},  # listed, never loaded: no version, no state
+    ]
+    text = render(state_families(index))
+    assert "# TYPE rayton_model_state gauge" in text
+    assert 'rayton_model_state{model="m",version="1",state="READY"} 1' in text
+    assert 'rayton_model_state{model="m",version="1",state="LOADING"} 0' in text
+    assert 'rayton_model_state{model="m",version="2",state="UNAVAILABLE"} 1' in text
+    assert 'rayton_model_state{model="never",version="",state="UNAVAILABLE"} 1' in text
+    assert text.count("} 1") == 3 and text.count("rayton_model_state{") == 12
