@@ -83,27 +83,46 @@ def session_cpu_by_role(session_id: int) -> dict[str, float]:
 
 @dataclasses.dataclass
 class CpuShare:
-    """CPU per request of one system at one level."""
+    """CPU per request of one system at one level (``by_rest_process``: the processes of the
+    control-plane-and-rest role, each on its own)."""
 
     throughput: float
     ms_per_request: dict[str, float]
+    by_rest_process: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 async def measure_level(config: PerfConfig, concurrency: int, session_id: int) -> CpuShare:
     await run_level(config, concurrency=concurrency)  # warm-up level, not counted
     measured = dataclasses.replace(config, warmup_s=0.0, max_trials=3)
-    server_before = session_cpu_by_role(session_id)
+    server_before = session_cpu_by_process(session_id)
     client_before = time.process_time()
     result = await run_level(measured, concurrency=concurrency)
     client_used = time.process_time() - client_before
-    server_after = session_cpu_by_role(session_id)
+    server_after = session_cpu_by_process(session_id)
     requests = result.request_count  # three windows, all of them reported
-    shares = {
-        role: (server_after[role] - server_before.get(role, 0.0)) * 1000 / requests
-        for role in server_after
-    }
+    shares: dict[str, float] = defaultdict(float)
+    rest: dict[str, float] = defaultdict(float)
+    for key, used in server_after.items():
+        share = (used - server_before.get(key, 0.0)) * 1000 / requests
+        role = role_of(key[1])
+        shares[role] += share
+        if role == _OTHER:
+            rest[key[1][:70]] += share
     shares[CLIENT] = client_used * 1000 / requests
-    return CpuShare(result.throughput, shares)
+    return CpuShare(result.throughput, dict(shares), dict(rest))
+
+
+def render_rest(results: dict[tuple[str, str], CpuShare]) -> str:
+    """The control-plane-and-rest role of each column, process by process (most first)."""
+    lines = []
+    for (system, level), share in results.items():
+        if not share.by_rest_process:
+            continue
+        lines.append(f"{_OTHER}, {system} {level} (ms CPU per request):")
+        for command, value in sorted(share.by_rest_process.items(), key=lambda kv: -kv[1]):
+            if value >= 0.002:
+                lines.append(f"  {value:.3f}  {command}")
+    return "\n".join(lines)
 
 
 def render(results: dict[tuple[str, str], CpuShare]) -> str:
@@ -137,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         "--shared-memory",
         default="none",
         help="none, system, or both comma-separated: where the tensors travel",
+    )
+    parser.add_argument(
+        "--rest-by-process",
+        action="store_true",
+        help="also list the control-plane-and-rest role process by process",
     )
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--warmup-s", type=float, default=3.0)
@@ -174,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 system.stop()
     print(render(results))
+    if args.rest_by_process:
+        print(render_rest(results))
     return 0
 
 

@@ -239,3 +239,12 @@ def session_dir() -> str:
 
     node = getattr(worker.global_worker, "node", None)
     return node.get_session_dir_path() if node is not None else ""
+
+
+def ray_metrics_report_interval_s() -> float:
+    """How often this process's Ray metrics reach its node's metrics agent (Ray's
+    ``metrics_report_interval_ms``, 10 s by default): values set more often are overwritten
+    before anyone reads them."""
+    import ray
+
+    return ray._config.metrics_report_interval_ms() / 1000

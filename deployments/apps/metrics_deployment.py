@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from typing import Any
 
 from ray import serve
@@ -25,7 +26,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from cluster.memory_budget import BudgetUsage
-from cluster.serve_internals import session_dir
+from cluster.serve_internals import ray_metrics_report_interval_s, session_dir
 from deployments.apps.handles import broadcast
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.apps.replica_control import ControlledReplica, ReplicaControl
@@ -114,13 +115,19 @@ class TritonMetrics(ControlledReplica):
         return Response(text, media_type=CONTENT_TYPE)
 
     async def _sample_every_interval(self) -> None:
-        """Triton's per-interval gauges; and the same families into Ray's metrics."""
+        """Triton's per-interval gauges; and the same families into Ray's metrics, as often
+        as Ray reports them: each export asks every replica for its counters, and values set
+        between two of Ray's reports are overwritten unread."""
         interval = self.args.metrics_interval_ms / 1000
+        export_every = max(interval, ray_metrics_report_interval_s())
+        exported_at = float("-inf")
         while True:
             await asyncio.sleep(interval)
             try:
                 self.collector.sample_system()
-                self._ray_metrics.export(await self.collector.families())
+                if time.monotonic() - exported_at >= export_every - interval / 2:
+                    exported_at = time.monotonic()
+                    self._ray_metrics.export(await self.collector.families())
             except Exception:
                 logger.exception("sampling or exporting metrics failed")
 

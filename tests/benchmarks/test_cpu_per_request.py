@@ -11,6 +11,7 @@ from benchmarks.cpu_per_request import (
     CpuShare,
     parse_level,
     render,
+    render_rest,
     role_of,
     session_cpu_by_role,
 )
@@ -57,6 +58,14 @@ def test_table_has_a_column_per_system_and_level():
     assert "| throughput (infer/s) | 1200 | 1950 |" in lines
     assert "| model replica | 0.610 |  |" in lines
     assert "| tritonserver |  | 0.080 |" in lines
+
+
+def test_the_rest_is_listed_process_by_process_most_first():
+    rest = {"ray::ServeController": 0.05, "ray::HAProxyManager": 0.2, "gcs_server": 0.001}
+    text = render_rest({("rayton", "mlp c=16"): CpuShare(900.0, {}, rest)})
+    lines = text.splitlines()
+    assert lines[0].endswith("rayton mlp c=16 (ms CPU per request):")
+    assert lines[1:] == ["  0.200  ray::HAProxyManager", "  0.050  ray::ServeController"]
 
 
 def test_levels_parse_with_optional_rows():
