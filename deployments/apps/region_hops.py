@@ -15,6 +15,7 @@ import time
 import aiohttp
 
 from deployments.apps.handles import ask_own_replicas
+from deployments.apps.port_client import port_client
 from deployments.apps.replica_api import ReplicaControlApi
 from deployments.core.shared_memory import RegionElsewhereError
 from deployments.http import region_calls as wire
@@ -24,8 +25,6 @@ from repo_adapter.errors import InferenceServerError, StatusCode
 
 # Replicas come and go with scaling and reloads; a listing older than this is asked again.
 _LISTING_TTL_S = 10.0
-# Long enough for a node under load to accept, short enough that a lost node fails promptly.
-_CONNECT_TIMEOUT_S = 10.0
 # The answer's headers a client reads (the hop's own connection sets the rest).
 _REPLY_HEADERS = ("content-type", "inference-header-content-length", "content-encoding")
 
@@ -110,9 +109,5 @@ class ReplicaRegionHops:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=_CONNECT_TIMEOUT_S),
-                auto_decompress=False,
-            )
+            self._session = port_client()
         return self._session

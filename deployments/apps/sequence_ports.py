@@ -19,15 +19,12 @@ from typing import Protocol
 
 import aiohttp
 
+from deployments.apps.port_client import port_client
 from deployments.core.sequence_routing import sequence_lost
 from deployments.http import sequence_calls as wire
 from repo_adapter.errors import InferenceServerError
 from repo_adapter.inference_types import InferRequest, InferResponse
 from repo_adapter.response_stream import StreamedResponse
-
-# Long enough for a node under load to accept, short enough that a lost node's sequences
-# fail promptly.
-_CONNECT_TIMEOUT_S = 10.0
 
 
 class ReplicaAddresses(Protocol):
@@ -110,11 +107,7 @@ class PortForwarder:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=_CONNECT_TIMEOUT_S),
-                auto_decompress=False,
-            )
+            self._session = port_client()
         return self._session
 
     def _check(self, reply: aiohttp.ClientResponse, request: InferRequest) -> None:
