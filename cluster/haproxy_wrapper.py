@@ -10,6 +10,10 @@ for rayton.
   those ``errorfile`` lines at a page with Triton's JSON error body and gives any other
   non-JSON 5xx of the HTTP frontend that body, so every error a client sees is
   ``{"error": ...}``.
+* **A held request's timeout**: Serve's Python proxy holds a request for a model at zero
+  replicas while Serve starts one, up to its ``request_timeout_s`` (``rayton serve
+  --scale-from-zero-timeout-secs``), then answers a plain-text 408; the wrapper turns that
+  into Triton's UNAVAILABLE (503) with a JSON body that says so.
 * **gRPC routing** (when rayton's gRPC frontend is behind Serve's HAProxy): Triton's
   ``ModelInfer`` goes straight to the model's replicas (:mod:`cluster.grpc_routing`).
 
@@ -35,11 +39,23 @@ from cluster.serve_internals import haproxy_binary
 
 _ERROR_PAGE = "triton-error.http"
 _ERROR_BODY = "triton-error.json"
+_TIMEOUT_BODY = "triton-held-timeout.json"
+NO_REPLICA_STARTED = (
+    "no replica of the model started within the time a request waits for one "
+    "(--scale-from-zero-timeout-secs): the model is at zero replicas and Serve is starting one; "
+    "retry shortly"
+)
 # Serve's Python proxy (HAProxy's backup server while a model has no replica) answers a failed
 # replica call with a plain-text 500: give any non-JSON 5xx of the HTTP frontend Triton's body.
 _JSON_RULE = (
     "http-response return status 500 content-type application/json file {body} "
     "if {{ status ge 500 }} !{{ res.hdr(content-type) -m beg application/json }}"
+)
+# Serve's Python proxy answers a request it held past its request_timeout_s with a plain-text
+# 408 (a model at zero replicas whose replica did not start in time).
+_TIMEOUT_RULE = (
+    "http-response return status 503 content-type application/json file {body} "
+    "if {{ status eq 408 }} !{{ res.hdr(content-type) -m beg application/json }}"
 )
 _WRAPPER = """#!/bin/sh
 # rayton: Serve's HAProxy with its listeners on the serving address and Triton's error body
@@ -47,7 +63,8 @@ previous=""
 for argument in "$@"; do
   if [ "$previous" = "-f" ]; then
     sed -i {binds}-e 's|^\\([[:space:]]*errorfile [0-9][0-9]*\\) .*$|\\1 {error_page}|' \\
-      -e '/^frontend http_frontend/a\\    {json_rule}' "$argument"
+      -e '/^frontend http_frontend/a\\    {json_rule}' \\
+      -e '/^frontend http_frontend/a\\    {timeout_rule}' "$argument"
     {grpc_routing}
   fi
   previous="$argument"
@@ -126,6 +143,9 @@ def haproxy_wrapper(host: str, grpc_routing: tuple[str, str] | None = None) -> s
     body = os.path.join(directory, _ERROR_BODY)
     with open(body, "w", encoding="utf-8") as out:
         json.dump({"error": NO_REPLICA_ANSWERED}, out)
+    timeout_body = os.path.join(directory, _TIMEOUT_BODY)
+    with open(timeout_body, "w", encoding="utf-8") as out:
+        json.dump({"error": NO_REPLICA_STARTED}, out)
     binds = _BIND_EDITS.format(host=host) if host != "0.0.0.0" and bindable_host(host) else ""
     path = os.path.join(directory, "haproxy")
     with open(path, "w", encoding="utf-8") as out:
@@ -134,6 +154,7 @@ def haproxy_wrapper(host: str, grpc_routing: tuple[str, str] | None = None) -> s
                 binds=binds,
                 error_page=page,
                 json_rule=_JSON_RULE.format(body=body),
+                timeout_rule=_TIMEOUT_RULE.format(body=timeout_body),
                 binary=shlex.quote(binary),
                 grpc_routing=_grpc_routing_step(grpc_routing),
             )

@@ -38,6 +38,9 @@ _STARTUP_POLL_S = 0.5
 _DRAIN_TIMEOUT_S = 30.0
 _DRAIN_POLL_S = 0.2
 
+# A request for a model at zero replicas waits this long for Serve to start one (Triton has no
+# scale to zero): a replica's start takes longer than a load into a running replica.
+DEFAULT_SCALE_FROM_ZERO_TIMEOUT_S = 120.0
 # Serve's gRPC ingress serves Triton's service: its replicas' methods answer its RPCs.
 TRITON_SERVICER = "tritonclient.grpc.service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server"
 
@@ -70,6 +73,14 @@ class ServeSettings(BaseModel):
         "starts and gRPC on the HTTP host), 'frontend' sends every call through rayton's gRPC "
         "replica and a deployment handle; 'auto' (default): haproxy where possible",
     )
+    scale_from_zero_timeout_secs: Annotated[float | None, Flag()] = Field(
+        None,
+        gt=0,
+        description="how long a request to a model at zero replicas (AUTOSCALING_CONFIG "
+        "min_replicas 0) waits for Serve to start one before it is answered UNAVAILABLE "
+        f"(default {DEFAULT_SCALE_FROM_ZERO_TIMEOUT_S:g}; a cluster rayton starts: on your own "
+        "cluster, set Serve's http_options.request_timeout_s)",
+    )
     dashboard_port: Annotated[int, Flag()] = 8265
     endpoints: Endpoints = Field(default_factory=Endpoints)
 
@@ -95,6 +106,23 @@ class ServeSettings(BaseModel):
                 "Wildcard model name '*' must be the ONLY startup model if specified at all."
             )
         return self
+
+    @model_validator(mode="after")
+    def _held_requests_bounded_where_rayton_owns_the_proxy(self) -> ServeSettings:
+        if self.address and self.scale_from_zero_timeout_secs is not None:
+            raise ValueError(
+                "--scale-from-zero-timeout-secs sets the Serve proxy of a cluster rayton "
+                "starts; a joined cluster's proxy takes Serve's http_options.request_timeout_s"
+            )
+        return self
+
+    def held_request_timeout_s(self) -> float | None:
+        """How long Serve's proxy holds a request (None: Serve's default, no bound). Only in
+        a cluster rayton starts, where the proxy is HAProxy's fallback and sees no other
+        requests than those for a model without a running replica."""
+        if self.address:
+            return None
+        return self.scale_from_zero_timeout_secs or DEFAULT_SCALE_FROM_ZERO_TIMEOUT_S
 
     @model_validator(mode="after")
     def _haproxy_ingress_where_it_can_be(self) -> ServeSettings:
@@ -230,12 +258,18 @@ def _deploy(settings: ServeSettings, frontend_port: int | None) -> None:
         **_grpc_frontend(settings, frontend_port),
         metrics=endpoints.metrics_app_args(),
     )
+    held = settings.held_request_timeout_s()
+    timeout = {} if held is None else {"request_timeout_s": held}
     grpc_options = None
     if frontend_port is not None:  # Serve's gRPC ingress on the public port, behind HAProxy
-        grpc_options = {"port": endpoints.grpc_port, "grpc_servicer_functions": [TRITON_SERVICER]}
+        grpc_options = {
+            "port": endpoints.grpc_port,
+            "grpc_servicer_functions": [TRITON_SERVICER],
+            **timeout,
+        }
     serve.start(
         proxy_location=settings.proxy_location,
-        http_options={"host": endpoints.http_host, "port": endpoints.http_port},
+        http_options={"host": endpoints.http_host, "port": endpoints.http_port, **timeout},
         grpc_options=grpc_options,
     )
     targets = [

@@ -9,7 +9,12 @@ import subprocess
 
 import pytest
 
-from cluster.haproxy_wrapper import NO_REPLICA_ANSWERED, bindable_host, haproxy_wrapper
+from cluster.haproxy_wrapper import (
+    NO_REPLICA_ANSWERED,
+    NO_REPLICA_STARTED,
+    bindable_host,
+    haproxy_wrapper,
+)
 
 CONFIG = """\
 global
@@ -43,9 +48,26 @@ def run_wrapper(tmp_path, host: str) -> tuple[list[str], list[str]]:
     binds = [line.split()[1] for line in lines if "bind " in line]
     pages = [line.split()[2] for line in lines if "errorfile " in line]
     rules = [line.strip() for line in lines if "http-response return" in line]
-    assert len(rules) == 1 and "application/json file " in rules[0], rules
-    assert lines[lines.index("frontend http_frontend") + 1] == "    " + rules[0]
+    assert len(rules) == 2 and all("application/json file " in rule for rule in rules), rules
+    start = lines.index("frontend http_frontend") + 1
+    assert lines[start : start + 2] == ["    " + rule for rule in rules]
+    assert "status 500" in rules[0] and "status ge 500" in rules[0]
+    assert "status 503" in rules[1] and "status eq 408" in rules[1]
     return binds, pages
+
+
+def test_a_request_held_past_serves_timeout_gets_tritons_unavailable(tmp_path):
+    """Serve's proxy answers a request it held for a model at zero replicas with a plain-text
+    408 once its request_timeout_s passes: the client sees 503 and Triton's JSON body."""
+    wrapper = haproxy_wrapper("127.0.0.1")
+    assert wrapper is not None
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(CONFIG)
+    subprocess.run([wrapper, "-c", "-f", str(config)], capture_output=True, check=True)
+    rule = next(line for line in config.read_text().splitlines() if "status eq 408" in line)
+    body = rule.split(" file ", 1)[1].split()[0]
+    with open(body, encoding="utf-8") as page:
+        assert json.load(page) == {"error": NO_REPLICA_STARTED}
 
 
 def test_stats_and_metrics_bind_the_serving_address(tmp_path):

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationError
 from deployments.apps.server_args import ServerAppArgs
 from deployments.cli.build import BuildSettings
 from deployments.cli.flags import add_flags, settings_from_flags, validation_message
-from deployments.cli.serve import ServeSettings
+from deployments.cli.serve import DEFAULT_SCALE_FROM_ZERO_TIMEOUT_S, ServeSettings
 from deployments.command_flag import Flag
 
 ENDPOINT_FLAGS = {
@@ -57,6 +57,7 @@ SERVE_FLAGS = ENDPOINT_FLAGS | {
     "--address",
     "--proxy-location",
     "--grpc-ingress",
+    "--scale-from-zero-timeout-secs",
     "--dashboard-port",
 }
 
@@ -210,3 +211,15 @@ def test_a_memory_budget_needs_on_demand_loading_and_a_size():
         serve_settings("--load-on-demand", "true", "--memory-budget", "lots")
     with pytest.raises(ValueError, match="none or explicit"):
         serve_settings("--load-on-demand", "true", "--model-control-mode", "poll")
+
+
+def test_serves_proxy_holds_a_request_for_a_model_at_zero_replicas_a_bounded_time():
+    """Only on a cluster rayton starts: there Serve's proxy is HAProxy's fallback."""
+    assert serve_settings().held_request_timeout_s() == DEFAULT_SCALE_FROM_ZERO_TIMEOUT_S
+    held = serve_settings("--scale-from-zero-timeout-secs", "2.5").held_request_timeout_s()
+    assert held == 2.5
+    assert serve_settings("--address", "10.0.0.1:6379").held_request_timeout_s() is None
+    with pytest.raises(ValidationError, match="cluster rayton starts"):
+        serve_settings("--address", "10.0.0.1:6379", "--scale-from-zero-timeout-secs", "5")
+    with pytest.raises(ValidationError, match="greater than 0"):
+        serve_settings("--scale-from-zero-timeout-secs", "0")
