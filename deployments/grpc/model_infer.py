@@ -239,10 +239,8 @@ class RoutedCalls:
         try:
             return await infer_message(infer, request, offload_execution=self.in_flight > 1)
         except RegionElsewhereError as elsewhere:  # raised while decoding: nothing ran here
-            if self._region_hop is None:
-                raise
             message = request.SerializeToString()
-            return await self._region_hop.forward_grpc(elsewhere, request.model_name, message)
+            return await self._hop(elsewhere, request.model_name, message)
         finally:
             self.in_flight -= 1
 
@@ -253,9 +251,14 @@ class RoutedCalls:
         try:
             return await infer_serialized(infer, message)
         except RegionElsewhereError as elsewhere:  # raised while decoding: nothing ran here
-            if self._region_hop is None:
-                raise
-            return await self._region_hop.forward_grpc(elsewhere, model, message)
+            return await self._hop(elsewhere, model, message)
+
+    async def _hop(self, elsewhere: RegionElsewhereError, model: str, message: bytes) -> bytes:
+        """``message``'s answer from a replica on the region's node (UNAVAILABLE without a
+        hop)."""
+        if self._region_hop is None:
+            raise elsewhere
+        return await self._region_hop.forward_grpc(elsewhere, model, message)
 
     async def _stream_local(
         self, target: StreamTarget, request: pb.ModelInferRequest
