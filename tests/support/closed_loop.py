@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,10 +39,14 @@ def closed_loop(
     total: int = 0,
     seconds: float = 0.0,
     value: float = 1.0,
+    until: Callable[[LoadOutcome], bool] | None = None,
 ) -> LoadOutcome:
     """``clients`` threads send ``[[value]]`` as ``IN`` to ``model`` at ``url`` (host:port or
     http://host:port), one request at a time each, until ``total`` requests were sent (or,
-    with ``total`` 0, for ``seconds``); each answer counted by ``output``'s first value."""
+    with ``total`` 0, for ``seconds``); each answer counted by ``output``'s first value.
+
+    ``until``, asked before each request, ends the load early once it holds: what a test
+    waits for on a busy machine, with ``seconds`` as the bound."""
     outcome = LoadOutcome()
     lock = threading.Lock()
     deadline = time.monotonic() + seconds
@@ -50,6 +55,8 @@ def closed_loop(
     def more() -> bool:
         nonlocal sent
         with lock:
+            if until is not None and until(outcome):
+                return False
             sent += 1
             return sent <= total if total else time.monotonic() < deadline
 
