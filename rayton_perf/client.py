@@ -218,6 +218,18 @@ class TritonConnection:
         """Unregister every system shared-memory region of the server."""
         await self._control.unregister_system_shared_memory(headers=self.headers or None)
 
+    async def register_cuda_region(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        """Register a CUDA shared-memory region (``raw_handle``: its IPC handle in base64)."""
+        await self._control.register_cuda_shared_memory(
+            name, raw_handle.decode(), device_id, byte_size, headers=self.headers or None
+        )
+
+    async def unregister_cuda_regions(self) -> None:
+        """Unregister every CUDA shared-memory region of the server."""
+        await self._control.unregister_cuda_shared_memory(headers=self.headers or None)
+
     async def close(self) -> None:
         """Close the control-plane client."""
         await self._control.close()

@@ -203,13 +203,11 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     model.add_argument(
         "--shared-memory",
-        action=_OneOf,
-        accepted=("none", "system"),
-        reason="CUDA shared memory is not implemented in rayton perf",
+        choices=("none", "system", "cuda"),
         default="none",
-        help="none (tensors travel in the request) or system (inputs and outputs in system "
-        "shared-memory regions; the server must allow client shared memory, on this host); "
-        "cuda is refused",
+        help="none (tensors travel in the request), system (inputs and outputs in system "
+        "shared-memory regions) or cuda (in GPU 0's memory, shared by CUDA IPC handles); "
+        "the server must allow client shared memory and run on this host",
     )
     model.add_argument(
         "--output-shared-memory-size",

@@ -85,7 +85,7 @@ class Profiler:
         self.server_metadata: dict[str, Any] = {}
         self._payloads: list[list[Any]] = []
         self._outputs: list[Any] = []
-        self._shared: SharedMemoryData | None = None  # --shared-memory system's regions
+        self._shared: SharedMemoryData | None = None  # --shared-memory's regions
         self._send_ns = 0
         self._recv_ns: int | None = None
         self.warnings: list[str] = []  # messages about the last level, for the caller
@@ -133,8 +133,8 @@ class Profiler:
             config.seed,
         )
         datatypes = {t.name: t.datatype for t in self.model.inputs}
-        if config.shared_memory == "system":
-            self._shared = SharedMemoryData(self.connection)
+        if config.shared_memory != "none":
+            self._shared = SharedMemoryData(self.connection, config.shared_memory)
             self._payloads = await self._shared.inputs(requests, datatypes)
             self._outputs = await self._shared.outputs(
                 [t.name for t in self.model.outputs], config.output_shared_memory_size

@@ -87,7 +87,7 @@ class ReplicaControlApi(Protocol):
 
     def metrics_snapshot(self) -> MetricsSnapshot: ...
 
-    def forget_system_regions(self, names: list[str]) -> None:
+    def forget_regions(self, names: list[str]) -> None:
         """Stop using these shared-memory regions (the client unregistered them)."""
         ...
 

@@ -74,7 +74,7 @@ class ReplicaControl:
     def metrics_snapshot(self) -> MetricsSnapshot:
         return MetricsSnapshot(self._version_metrics(), collect_metrics())
 
-    def forget_system_regions(self, names: list[str]) -> None:
+    def forget_regions(self, names: list[str]) -> None:
         replica_regions().forget(names)
 
     async def close(self) -> None:
@@ -109,6 +109,6 @@ class ControlledReplica:
         """This replica's metric counters and its python models' own metrics."""
         return self.control.metrics_snapshot()
 
-    def forget_system_regions(self, names: list[str]) -> None:
+    def forget_regions(self, names: list[str]) -> None:
         """Stop using these shared-memory regions (the client unregistered them)."""
-        self.control.forget_system_regions(names)
+        self.control.forget_regions(names)

@@ -13,7 +13,7 @@ from ray import serve
 from deployments.apps.handles import ModelHandles
 from deployments.core.model_host import HostedSet
 from deployments.core.server_core import RepositoryView, ServerCore
-from deployments.core.shared_memory import SystemRegion
+from deployments.core.shared_memory import MemoryKind, Region
 from deployments.observability.log_settings import LogSettingsDocument
 from deployments.observability.status import StatusDocument
 from deployments.observability.trace_settings import TraceSettingsDocument
@@ -128,14 +128,19 @@ class ControllerSharedMemory(_ControllerHandle):
     ) -> None:
         await self.handle.register_system_region.remote(name, key, offset, byte_size)
 
-    async def unregister_system_regions(self, name: str) -> None:
-        await self.handle.unregister_system_regions.remote(name)
+    async def register_cuda_region(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        await self.handle.register_cuda_region.remote(name, raw_handle, device_id, byte_size)
 
-    async def system_region_status(self, name: str) -> list[SystemRegion]:
-        return await self._read(lambda handle: handle.system_region_status.remote(name))
+    async def unregister_regions(self, kind: MemoryKind, name: str) -> None:
+        await self.handle.unregister_regions.remote(kind, name)
 
-    async def system_regions(self) -> list[SystemRegion]:
-        return await self._read(lambda handle: handle.system_region_status.remote(""))
+    async def region_status(self, kind: MemoryKind, name: str) -> list[Region]:
+        return await self._read(lambda handle: handle.region_status.remote(kind, name))
+
+    async def regions(self) -> list[Region]:
+        return await self._read(lambda handle: handle.regions.remote())
 
 
 def cluster_server_core(controller: Any = None) -> ServerCore:

@@ -37,7 +37,7 @@ from ray import serve
 
 from cluster.memory_budget import BudgetUsage, pin_to_node
 from cluster.placement import ModelPlacement, placement_for
-from cluster.resources import cluster_gpu_ids, node_resources, unplaceable_reason
+from cluster.resources import cluster_gpu_ids, live_nodes, node_resources, unplaceable_reason
 from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME
 from deployments.apps.handles import broadcast
 from deployments.apps.log_control import LogControl
@@ -60,7 +60,7 @@ from deployments.apps.trace_control import (
 from deployments.core.model_host import HostedSet
 from deployments.core.response_cache import CacheUsage
 from deployments.core.server_core import RepositoryView
-from deployments.core.shared_memory import CLIENT_SHM_DISABLED, RegionTable, SystemRegion
+from deployments.core.shared_memory import CLIENT_SHM_DISABLED, MemoryKind, Region, RegionTable
 from deployments.metrics.replica_gauges import ModelScaling
 from deployments.observability.log_settings import LogSettingsDocument
 from deployments.observability.status import StatusDocument, status_document
@@ -595,17 +595,30 @@ class RepositoryController:
         self._client_shm_allowed()
         self._regions.register(name, key, offset, byte_size)
 
-    async def unregister_system_regions(self, name: str) -> None:
-        """Forget ``name`` (every region when empty), in every model replica first."""
+    async def register_cuda_region(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        """Register a client's CUDA shared-memory region (of a GPU of this node, the head
+        node, as system regions)."""
         self._client_shm_allowed()
-        names = self._regions.unregister(name)
-        if names:
-            await broadcast(
-                self.model_deployments(), ReplicaControlApi.forget_system_regions, names
-            )
+        nodes = dict(await asyncio.to_thread(live_nodes))
+        gpus = int(nodes.get(self._regions.node_id, {}).get("GPU", 0))
+        self._regions.register_cuda(name, raw_handle, device_id, byte_size, gpus)
 
-    def system_region_status(self, name: str) -> list[SystemRegion]:
-        return self._regions.status(name)
+    async def unregister_regions(self, kind: MemoryKind, name: str) -> None:
+        """Forget the regions of ``kind`` named ``name`` (every one when empty), in every
+        model replica first."""
+        self._client_shm_allowed()
+        names = self._regions.unregister(name, kind)
+        if names:
+            await broadcast(self.model_deployments(), ReplicaControlApi.forget_regions, names)
+
+    def region_status(self, kind: MemoryKind, name: str) -> list[Region]:
+        return self._regions.status(name, kind)
+
+    def regions(self) -> list[Region]:
+        """Every registered region, of both kinds (what a replica maps)."""
+        return self._regions.regions()
 
     def hosted_set(self) -> HostedSet:
         """The models the shared host's replicas are to serve (a replica takes it as it

@@ -1,4 +1,4 @@
-"""The system shared-memory regions as a replica sees them: the process's
+"""The system and CUDA shared-memory regions as a replica sees them: the process's
 :class:`~deployments.core.shared_memory.MappedRegions`, told by the repository controller
 (which owns the table) of each region the first time a request names it, and of every
 unregistration before the client gets its answer."""
@@ -16,5 +16,5 @@ def replica_regions() -> MappedRegions:
     regions = process_regions()
     if regions.fetch is None:
         regions.node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-        regions.fetch = ControllerSharedMemory().system_regions
+        regions.fetch = ControllerSharedMemory().regions
     return regions

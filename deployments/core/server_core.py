@@ -19,7 +19,7 @@ from importlib import metadata
 from typing import Protocol, TypedDict
 
 from deployments.core.served_model import ModelMetadata
-from deployments.core.shared_memory import CLIENT_SHM_DISABLED, SystemRegion
+from deployments.core.shared_memory import CLIENT_SHM_DISABLED, MemoryKind, Region
 from deployments.observability.log_settings import LogSettingsDocument
 from deployments.observability.statistics import ModelStatistics, merge_entries
 from deployments.observability.status import StatusDocument
@@ -149,18 +149,24 @@ class RuntimeSettings(Protocol):
 
 
 class SharedMemoryRegistry(Protocol):
-    """The registered system shared-memory regions' owner (in a cluster: the repository
-    controller's handle); Triton's errors, UNSUPPORTED when client shared memory is off."""
+    """The registered system and CUDA shared-memory regions' owner (in a cluster: the
+    repository controller's handle); Triton's errors, UNSUPPORTED when client shared memory
+    is off."""
 
     async def register_system_region(
         self, name: str, key: str, offset: int, byte_size: int
     ) -> None: ...
 
-    async def unregister_system_regions(self, name: str) -> None:
-        """Forget ``name`` (every region when empty), in every replica before answering."""
+    async def register_cuda_region(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None: ...
+
+    async def unregister_regions(self, kind: MemoryKind, name: str) -> None:
+        """Forget the regions of ``kind`` named ``name`` (every one when empty), in every
+        replica before answering."""
         ...
 
-    async def system_region_status(self, name: str) -> list[SystemRegion]: ...
+    async def region_status(self, kind: MemoryKind, name: str) -> list[Region]: ...
 
 
 class ServerCore:
@@ -239,7 +245,8 @@ class ServerCore:
     async def server_metadata(self) -> ServerMetadata:
         extensions = list(EXTENSIONS)
         if self.shared_memory is not None:
-            extensions.insert(extensions.index("binary_tensor_data"), "system_shared_memory")
+            at = extensions.index("binary_tensor_data")
+            extensions[at:at] = ["system_shared_memory", "cuda_shared_memory"]
         if not (await self.view()).config_owned:
             extensions.insert(extensions.index("model_repository") + 1, UNLOAD_DEPENDENTS)
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": extensions}
@@ -249,23 +256,29 @@ class ServerCore:
             raise InferenceServerError(CLIENT_SHM_DISABLED, StatusCode.UNSUPPORTED)
         return self.shared_memory
 
-    async def system_shared_memory_status(self, name: str = "") -> list[SystemRegion]:
-        """Every registered region, or the one named (NOT_FOUND when it is not)."""
+    async def shared_memory_status(self, kind: MemoryKind, name: str = "") -> list[Region]:
+        """Every registered region of ``kind``, or the one named (NOT_FOUND when it is not)."""
         if self.shared_memory is None:
             if name:
                 raise InferenceServerError(
-                    f"Unable to find system shared memory region: '{name}'", StatusCode.NOT_FOUND
+                    f"Unable to find {kind.value} shared memory region: '{name}'",
+                    StatusCode.NOT_FOUND,
                 )
             return []
-        return await self.shared_memory.system_region_status(name)
+        return await self.shared_memory.region_status(kind, name)
 
     async def register_system_shared_memory(
         self, name: str, key: str, offset: int, byte_size: int
     ) -> None:
         await self._registry().register_system_region(name, key, offset, byte_size)
 
-    async def unregister_system_shared_memory(self, name: str = "") -> None:
-        await self._registry().unregister_system_regions(name)
+    async def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        await self._registry().register_cuda_region(name, raw_handle, device_id, byte_size)
+
+    async def unregister_shared_memory(self, kind: MemoryKind, name: str = "") -> None:
+        await self._registry().unregister_regions(kind, name)
 
     async def server_ready(self) -> bool:
         view = await self.view()

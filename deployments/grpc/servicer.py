@@ -6,9 +6,6 @@ index, load/unload, statistics of all models) share :class:`~deployments.core.se
 ServerCore` with the HTTP server routes, so both protocols answer alike. Inference requests
 stay wire bytes here: :mod:`deployments.grpc.routing` reads only the model name and version.
 Errors are :class:`InferenceServerError` mapped to gRPC status codes as Triton maps them.
-
-Not supported, answered as Triton answers when a feature is compiled out or unavailable:
-system / CUDA shared memory (UNIMPLEMENTED).
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from deployments.core.server_core import ServerCore
+from deployments.core.shared_memory import CudaRegion, MemoryKind
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute, read_infer_route
 from deployments.grpc.streams import (
@@ -35,10 +33,6 @@ from repo_adapter.errors import InferenceServerError, StatusCode
 
 logger = logging.getLogger(__name__)
 
-_CUDA_SHM = (
-    "CUDA shared memory is not supported by this server (rayton): send tensor data in the "
-    "request (raw_input_contents)"
-)
 _REPOSITORY_NAME = "'repository_name' specification is not supported"
 
 
@@ -64,13 +58,6 @@ def _single_repository(request: Any) -> None:
     """Repository RPCs name no repository: rayton serves one (Triton's answer otherwise)."""
     if request.repository_name:
         raise InferenceServerError(_REPOSITORY_NAME, StatusCode.UNSUPPORTED)
-
-
-def _unsupported(message: str, code: StatusCode) -> Callable[..., Awaitable[Any]]:
-    async def method(self: TritonGrpcServicer, request: Any, context: Any) -> Any:
-        raise InferenceServerError(message, code)
-
-    return _rpc(method)
 
 
 class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -293,7 +280,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: pb.SystemSharedMemoryStatusRequest, context
     ) -> pb.SystemSharedMemoryStatusResponse:
         response = pb.SystemSharedMemoryStatusResponse()
-        for region in await self.core.system_shared_memory_status(request.name):
+        for region in await self.core.shared_memory_status(MemoryKind.SYSTEM, request.name):
             status = response.regions[region.name]
             status.name, status.key = region.name, region.key
             status.offset, status.byte_size = region.offset, region.byte_size
@@ -316,14 +303,47 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        await self.core.unregister_system_shared_memory(request.name)
+        await self.core.unregister_shared_memory(MemoryKind.SYSTEM, request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    # ------------------------------------------------------------------ not supported
+    # ------------------------------------------------------------------ CUDA shared memory
 
-    CudaSharedMemoryStatus = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
-    CudaSharedMemoryRegister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
-    CudaSharedMemoryUnregister = _unsupported(_CUDA_SHM, StatusCode.UNSUPPORTED)
+    @_rpc
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        response = pb.CudaSharedMemoryStatusResponse()
+        for region in await self.core.shared_memory_status(MemoryKind.CUDA, request.name):
+            assert isinstance(region, CudaRegion)
+            status = response.regions[region.name]
+            status.name, status.device_id = region.name, region.device_id
+            status.byte_size = region.byte_size
+        return response
+
+    @_rpc
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        if not request.name:
+            raise InferenceServerError(
+                "'region name' is necessary to register cuda shared memory region"
+            )
+        if request.device_id < 0:
+            raise InferenceServerError(
+                "failed to register shared memory region: invalid args: "
+                f"device id {request.device_id}"
+            )
+        await self.core.register_cuda_shared_memory(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        await self.core.unregister_shared_memory(MemoryKind.CUDA, request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]

@@ -23,6 +23,12 @@ def empty_response(status: int = 200) -> HttpReply:
     return HttpReply(status, b"", {"content-type": "text/plain"})
 
 
+def empty_json_response(status: int = 200) -> HttpReply:
+    """A body-less answer Triton's HTTP server labels application/json (the shared-memory
+    extensions' register and unregister)."""
+    return HttpReply(status, b"", {"content-type": "application/json"})
+
+
 def error_response(err: InferenceServerError | BaseException | str) -> HttpReply:
     status, body, headers = encode_error(err)
     return HttpReply(status, body, headers)

@@ -15,12 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from deployments.core.server_core import ServerCore
+from deployments.core.shared_memory import MemoryKind
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.model_routes import MODEL_ACTIONS, has_empty_segment
 from deployments.http.request_decoding import parse_json_object
 from deployments.http.responses import (
     METHOD_NOT_ALLOWED,
     NOT_FOUND,
+    empty_json_response,
     empty_response,
     error_response,
     get_only,
@@ -32,8 +34,9 @@ from repo_adapter.inference_types import JsonObject
 from repo_adapter.version_traffic import TrafficPolicy
 
 SYSTEM_SHARED_MEMORY = "/v2/systemsharedmemory/"
+CUDA_SHARED_MEMORY = "/v2/cudasharedmemory/"
 _SHARED_MEMORY_ROUTE = re.compile(
-    r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
+    r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )
 # rayton's own route (not Triton's): what `rayton status --url` reads.
 STATUS_PATH = "/v2/rayton/status"
@@ -81,8 +84,8 @@ class ServerHttpEndpoints:
                 return get_only(method) or json_response(await core.status())
             if path.startswith("/v2/repository/"):
                 return await self._repository(path, method, request)
-            if path.startswith(SYSTEM_SHARED_MEMORY):
-                return await self._system_shared_memory(path, method, request)
+            if path.startswith((SYSTEM_SHARED_MEMORY, CUDA_SHARED_MEMORY)):
+                return await self._shared_memory(path, method, request)
             if path.startswith("/v2/models/"):
                 return await self._unrouted_model(path, method, request)
         except InferenceServerError as err:
@@ -128,27 +131,30 @@ class ServerHttpEndpoints:
         policy = await self.core.set_version_traffic(model, TrafficPolicy.from_json(document))
         return json_response(policy.to_json())
 
-    async def _system_shared_memory(
-        self, path: str, method: str, request: HttpRequest
-    ) -> HttpReply:
-        """Triton's system shared-memory extension:
-        ``/v2/systemsharedmemory[/region/<name>]/{status,register,unregister}``."""
+    async def _shared_memory(self, path: str, method: str, request: HttpRequest) -> HttpReply:
+        """Triton's system and CUDA shared-memory extensions:
+        ``/v2/{system,cuda}sharedmemory[/region/<name>]/{status,register,unregister}``."""
         route = _SHARED_MEMORY_ROUTE.fullmatch(path)
         if route is None:
             return json_response(NOT_FOUND, 404)
-        name, action = route.group(1) or "", route.group(2)
+        kind = MemoryKind(route.group(1))
+        name, action = route.group(2) or "", route.group(3)
         if (action == "status") != (method == "GET") or method not in ("GET", "POST"):
             return json_response(METHOD_NOT_ALLOWED, 405)
         core = self.core
         if action == "status":
-            regions = await core.system_shared_memory_status(name)
+            regions = await core.shared_memory_status(kind, name)
             return json_response([region.status() for region in regions])
         if action == "unregister":
-            await core.unregister_system_shared_memory(name)
-            return empty_response(200)
+            await core.unregister_shared_memory(kind, name)
+            return empty_json_response(200)
+        if kind is MemoryKind.CUDA:
+            raw_handle, device_id, byte_size = cuda_register_parameters(name, request.body)
+            await core.register_cuda_shared_memory(name, raw_handle, device_id, byte_size)
+            return empty_json_response(200)
         key, offset, byte_size = register_parameters(name, request.body)
         await core.register_system_shared_memory(name, key, offset, byte_size)
-        return empty_response(200)
+        return empty_json_response(200)
 
     async def _logging(self, method: str, request: HttpRequest) -> HttpReply:
         if method == "GET":
@@ -224,6 +230,41 @@ def register_parameters(name: str, body: bytes) -> tuple[str, int, int]:
             "unsigned-integer"
         )
     return key, offset, byte_size
+
+
+def cuda_register_parameters(name: str, body: bytes) -> tuple[bytes, int, int]:
+    """A CUDA shared-memory register request's IPC handle (``{"b64": ...}``), device id and
+    byte size, checked as Triton checks them (a handle that is not 64 bytes of base64 is the
+    registry's to refuse)."""
+    if not name:
+        raise InferenceServerError(
+            "'region name' is necessary to register cuda shared memory region"
+        )
+    request = parse_json_object(body) if body else {}
+    if "raw_handle" not in request:
+        raise InferenceServerError("Shared memory register request has no 'raw_handle' field")
+    handle = request["raw_handle"]
+    encoded = handle.get("b64") if isinstance(handle, dict) else None
+    if not isinstance(encoded, str):
+        raise InferenceServerError("attempt to access non-existing object member 'b64'")
+    try:
+        raw_handle = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise InferenceServerError(
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+        ) from None
+    numbers = []
+    for field in ("device_id", "byte_size"):
+        if field not in request:
+            raise InferenceServerError(f"Shared memory register request has no '{field}' field")
+        value = request[field]
+        if type(value) is not int or value < 0:
+            raise InferenceServerError(
+                f"Unable to parse '{field}': attempt to access JSON non-unsigned-integer as "
+                "unsigned-integer"
+            )
+        numbers.append(value)
+    return raw_handle, numbers[0], numbers[1]
 
 
 def _parameters(body: bytes) -> JsonObject:

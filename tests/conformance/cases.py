@@ -798,8 +798,9 @@ NOT_COMPARED: tuple[tuple[str, str], ...] = (
         "tritonserver 2.51 crashes on it; rayton answers 400 as current Triton documents",
     ),
     (
-        "CUDA shared memory",
-        "not implemented in rayton yet (and not advertised): it needs a GPU",
+        "CUDA shared memory's data path (registering a region, inputs and outputs in it)",
+        "the reference's machine has no GPU: both refuse the registration (compared); the "
+        "path itself is checked on a GPU by benchmarks/cuda_shm_check.py",
     ),
     (
         "model load/unload in this sequence",

@@ -70,7 +70,9 @@ GROUP_TITLES = {
     "`tests/conformance/test_response_cache.py`)",
     "shared_memory": "System shared memory (regions made with tritonclient's shared-memory "
     "utilities; register, status, inputs and outputs through regions, Triton's errors, "
-    "unregister; `--allow-client-shm` on rayton, `tests/conformance/test_shared_memory.py`)",
+    "unregister; CUDA shared memory's status, unregister and the registrations a machine "
+    "without a GPU refuses; `--allow-client-shm` on rayton, "
+    "`tests/conformance/test_shared_memory.py`)",
     "generate": "Generate extension (`/generate`, `/generate_stream` as server-sent events, on "
     "the decoupled models above and a plain python model, "
     "`tests/conformance/test_decoupled_models.py`)",

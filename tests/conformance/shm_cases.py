@@ -1,10 +1,14 @@
 """The requests both servers receive for the system shared-memory extension: regions created
 with tritonclient's shared-memory utilities (``/dev/shm``, both servers on this host),
 registered, named for inputs and outputs, and unregistered, over HTTP (raw and tritonclient)
-and gRPC. Each pass starts and ends with no region registered."""
+and gRPC. Each pass starts and ends with no region registered.
+
+The CUDA shared-memory extension's calls too, as far as a machine without a GPU goes: status,
+unregister, and registrations both servers refuse (the handle is never opened)."""
 
 from __future__ import annotations
 
+import base64
 import os
 from typing import Any
 
@@ -127,7 +131,11 @@ def _infer(
 @case("shm_start", "shared_memory", "unregister every region, then the empty status")
 def _(t: Target) -> Any:
     client = t.session.client
-    return [t.session.call(client.unregister_system_shared_memory), _status(t)]
+    return [
+        t.session.call(client.unregister_system_shared_memory),
+        _status(t),
+        t.session.call(client.unregister_cuda_shared_memory),
+    ]
 
 
 @case("shm_register", "shared_memory", "register an input and an output region, then status")
@@ -137,6 +145,52 @@ def _(t: Target) -> Any:
         _register(t, "out", OUT_KEY, REGION_BYTES),
         _status(t),
         _status(t, "in"),
+    ]
+
+
+def _cuda_status(t: Target, name: str = "") -> Any:
+    client = t.session.client
+    kwargs = dict(t.session.json_kwargs)
+    return t.session.call(lambda: client.get_cuda_shared_memory_status(name, **kwargs))
+
+
+def _cuda_register(t: Target, name: str, handle: bytes, device_id: int = 0) -> Any:
+    client, encoded = t.session.client, base64.b64encode(handle).decode()
+    return t.session.call(lambda: client.register_cuda_shared_memory(name, encoded, device_id, 64))
+
+
+@case("cuda_kinds", "shared_memory", "CUDA status and unregister of a system region's name")
+def _(t: Target) -> Any:
+    client = t.session.client
+    return [
+        _cuda_status(t),
+        _cuda_status(t, "in"),
+        t.session.call(lambda: client.unregister_cuda_shared_memory("in")),
+        _status(t, "in"),
+    ]
+
+
+@case("cuda_register", "shared_memory", "a CUDA region on a machine without a GPU, then status")
+def _(t: Target) -> Any:
+    return [_cuda_register(t, "gpu", bytes(64)), _cuda_status(t), _cuda_status(t, "gpu")]
+
+
+@case("cuda_register_handle", "shared_memory", "a CUDA handle that is not 64 bytes")
+def _(t: Target) -> Any:
+    return _cuda_register(t, "gpu", b"abc")
+
+
+@case("cuda_register_raw", "shared_memory", "raw CUDA registers: missing fields", raw=True)
+def _(t: Target) -> Any:
+    path = "/v2/cudasharedmemory/region/raw/register"
+    handle = {"b64": base64.b64encode(bytes(64)).decode()}
+    return [
+        t.raw("POST", path, {"device_id": 0, "byte_size": 64}),
+        t.raw("POST", path, {"raw_handle": {"b64": "!!"}, "device_id": 0, "byte_size": 64}),
+        t.raw("POST", path, {"raw_handle": handle, "device_id": 3, "byte_size": 64}),
+        t.raw("GET", path),
+        t.raw("POST", "/v2/cudasharedmemory/status"),
+        t.raw("POST", "/v2/cudasharedmemory/unregister"),
     ]
 
 
@@ -197,6 +251,7 @@ def _(t: Target) -> Any:
         t.raw("POST", path, {"key": IN_KEY}),
         t.raw("GET", path),
         t.raw("POST", "/v2/systemsharedmemory/status"),
+        t.raw("POST", "/v2/systemsharedmemory/region/never/unregister"),
     ]
 
 

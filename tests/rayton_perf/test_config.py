@@ -249,6 +249,7 @@ def test_output_format_and_metrics_options():
     assert _config("--shared-memory", "none", "--service-kind", "triton").model_name == "x"
     shared = _config("--shared-memory", "system", "--output-shared-memory-size", "4096")
     assert (shared.shared_memory, shared.output_shared_memory_size) == ("system", 4096)
+    assert _config("--shared-memory", "cuda").shared_memory == "cuda"
     args = build_parser().parse_args(["-m", "x", "--verbose-csv", "-f", "out.csv"])
     assert args.verbose_csv is True
     config_from_args(args)  # with -f it has an effect
@@ -300,7 +301,6 @@ def test_refused_perf_analyzer_options_say_why(capsys, flag):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--shared-memory", "cuda"], "CUDA shared memory is not implemented"),
         (["--service-kind", "tfserving"], "Triton's protocol only"),
         (["--service-kind", "torchserve"], "Triton's protocol only"),
         (["-a", "--sync"], "not allowed with argument"),

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from deployments.core.shared_memory import (
+    CudaRegion,
     MappedRegions,
+    MemoryKind,
     RegionElsewhereError,
     RegionNotKnownError,
     RegionTable,
@@ -110,3 +112,68 @@ async def test_a_region_registered_meanwhile_is_fetched(shm_object):
         regions.read("late", 0, 4)
     await regions.refresh()
     assert len(regions.read("late", 0, 4)) == 4
+
+
+# ----------------------------------------------------------------------------- CUDA regions
+
+HANDLE = bytes(range(64))  # the size of a cudaIpcMemHandle_t; never opened here
+
+
+def test_a_cuda_registration_checks_the_handle_and_the_gpu_and_shares_the_names(shm_object):
+    key, _ = shm_object
+    table = RegionTable("node-a")
+    table.register("sys", key, 0, 64)
+    region = table.register_cuda("gpu", HANDLE, 1, 256, gpus=2)
+    assert region == CudaRegion("gpu", HANDLE, 1, 256, "node-a")
+    assert region.status() == {"name": "gpu", "device_id": 1, "byte_size": 256}
+    problems = {
+        ("sys", HANDLE, 0, 8, 2): (StatusCode.ALREADY_EXISTS, "already in manager"),
+        ("short", HANDLE[:8], 0, 8, 2): (
+            StatusCode.INVALID_ARG,
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+        ),
+        ("nogpu", HANDLE, 0, 8, 0): (
+            StatusCode.INVALID_ARG,
+            "failed to register shared memory region: invalid args: GPU 0 does not exist",
+        ),
+        ("third", HANDLE, 2, 8, 2): (StatusCode.INVALID_ARG, "GPU 2 does not exist"),
+    }
+    for arguments, (code, message) in problems.items():
+        with pytest.raises(InferenceServerError) as refused:
+            table.register_cuda(*arguments[:4], gpus=arguments[4])
+        assert refused.value.code == code and message in refused.value.message
+
+
+def test_status_and_unregister_see_only_their_own_kind(shm_object):
+    key, _ = shm_object
+    table = RegionTable("node-a")
+    table.register("sys", key, 0, 64)
+    table.register_cuda("gpu", HANDLE, 0, 256, gpus=1)
+    assert [r.name for r in table.status(kind=MemoryKind.SYSTEM)] == ["sys"]
+    assert [r.name for r in table.status(kind=MemoryKind.CUDA)] == ["gpu"]
+    with pytest.raises(InferenceServerError) as refused:
+        table.status("sys", MemoryKind.CUDA)
+    assert refused.value.code == StatusCode.NOT_FOUND
+    assert refused.value.message == (
+        "The region named 'sys' is registered as system shared memory, not CUDA shared memory"
+    )
+    assert table.unregister("sys", MemoryKind.CUDA) == []  # the other kind: no error, kept
+    assert table.unregister("", MemoryKind.CUDA) == ["gpu"]
+    assert [r.name for r in table.regions()] == ["sys"]
+
+
+def test_a_cuda_region_a_process_cannot_open_is_a_clear_error(monkeypatch):
+    # This machine has no GPU (or this process is told it sees none): Triton's error shape,
+    # naming the region, never a crash.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    regions = MappedRegions("node-a")
+    regions.adopt([CudaRegion("gpu", HANDLE, 0, 256, "node-a")])
+    with pytest.raises(InferenceServerError) as refused:
+        regions.read("gpu", 0, 16)
+    assert refused.value.code == StatusCode.UNAVAILABLE
+    assert "CUDA shared memory region 'gpu' cannot be used by this serving process" in (
+        refused.value.message
+    )
+    with pytest.raises(InferenceServerError) as refused:
+        regions.read("gpu", 250, 16)  # the span is checked before the GPU is touched
+    assert refused.value.message == "Invalid offset + byte size for shared memory region: 'gpu'"

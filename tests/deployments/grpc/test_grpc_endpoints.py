@@ -232,8 +232,9 @@ def test_stream_infer_answers_in_order_and_survives_errors(client):
 def test_unsupported_features(client):
     status, message = status_of(lambda: client.register_system_shared_memory("region", "/key", 64))
     assert status == "StatusCode.UNIMPLEMENTED" and "shared memory" in message
-    status, _ = status_of(lambda: client.get_cuda_shared_memory_status())
-    assert status == "StatusCode.UNIMPLEMENTED"
+    status, message = status_of(lambda: client.register_cuda_shared_memory("r", b"", 0, 64))
+    assert status == "StatusCode.UNIMPLEMENTED" and "--allow-client-shm" in message
+    assert client.get_cuda_shared_memory_status(as_json=True) == {}  # none registered
     trace = client.get_trace_settings(as_json=True)["settings"]  # tracing is supported: off
     assert trace["trace_level"] == {"value": ["OFF"]}
     settings = client.get_log_settings(as_json=True)["settings"]  # logging is supported
