@@ -19,6 +19,62 @@ from ray import serve
 from ray.serve.api import RunTarget  # Serve's target type for deploying many applications
 
 
+@dataclasses.dataclass(frozen=True)
+class DeploymentState:
+    """One deployment as ``serve.status()`` shows it: Serve's status, what triggered it, its
+    message, and how many of its replicas are in each state (``{"RUNNING": 2}``)."""
+
+    status: str
+    status_trigger: str
+    message: str
+    replica_states: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class ApplicationState:
+    """One application as ``serve.status()`` shows it."""
+
+    status: str
+    message: str
+    deployments: dict[str, DeploymentState]
+
+
+def serve_applications() -> dict[str, ApplicationState]:
+    """Every Serve application's state, as ``serve.status()`` reports it, read from the Serve
+    controller's details dictionary (the client's ``get_serve_details``, reached through
+    Serve's private ``_get_global_client``) without validating it into Serve's pydantic
+    models first, which costs ``serve.status()`` most of its CPU (BENCHMARKS.md). Empty when
+    Serve is not running."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    if client is None:
+        return {}
+    details = client.get_serve_details()
+    applications = {}
+    for name, app in (details.get("applications") or {}).items():
+        deployments = {}
+        for deployment_name, deployment in (app.get("deployments") or {}).items():
+            states: dict[str, int] = {}
+            for replica in deployment.get("replicas") or ():
+                state = _enum_value(replica["state"])
+                states[state] = states.get(state, 0) + 1
+            deployments[deployment_name] = DeploymentState(
+                _enum_value(deployment["status"]),
+                _enum_value(deployment.get("status_trigger", "")),
+                deployment.get("message") or "",
+                states,
+            )
+        applications[name] = ApplicationState(
+            _enum_value(app["status"]), app.get("message") or "", deployments
+        )
+    return applications
+
+
+def _enum_value(member: Any) -> str:
+    return str(getattr(member, "value", member))
+
+
 def set_code_version(deployment: Any, version: str) -> Any:
     """Give an imperatively deployed ``deployment`` a fixed code version (Serve's private
     ``_version``; the public option was removed), so a changed ``user_config`` reconfigures

@@ -14,10 +14,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ray import serve
 from ray.serve import Application
 
-from cluster.serve_internals import delete_without_waiting, run_many_without_waiting
+from cluster.serve_internals import (
+    delete_without_waiting,
+    run_many_without_waiting,
+    serve_applications,
+)
 from deployments.apps.handles import HOST_APP_NAME, HOST_DEPLOYMENT_NAME, broadcast
 from deployments.apps.replica_api import ModelReplicaApi, SharedHostApi
 from deployments.core.model_host import HostedSet
@@ -30,8 +33,8 @@ logger = logging.getLogger(__name__)
 ACCESS_LOG_OFF = {"enable_access_log": False}
 # How often a wait for replicas reads their state (a load on demand waits on it)
 _POLL_S = 0.2
-# Serve's status costs its caller tens of ms of CPU (Ray 2.60 pickles each deployment's
-# request router class): read at most once a second, however many waits poll.
+# Serve's status costs its caller a few ms of CPU and Serve's controller more: read at most
+# once a second, however many waits poll.
 _SERVE_STATUS_MAX_AGE_S = 1.0
 _STATUS_TIMEOUT_S = 10.0
 _FAILED = ("DEPLOY_FAILED", "UNHEALTHY")
@@ -78,7 +81,7 @@ class ServeModelApps:
 
     def __init__(self) -> None:
         self._serve_status = _SharedSnapshot(
-            lambda: asyncio.to_thread(serve.status), _SERVE_STATUS_MAX_AGE_S
+            lambda: asyncio.to_thread(serve_applications), _SERVE_STATUS_MAX_AGE_S
         )
         # Each deployment's (status, trigger) at the last replica_failures call.
         self._deployment_states: dict[tuple[str, str], tuple[str, str]] = {}
@@ -98,22 +101,21 @@ class ServeModelApps:
 
     async def app_status(self, name: str) -> tuple[str, str]:
         """``(status, message)`` of application ``name``; ``("", "")`` when Serve has none."""
-        status = await self._serve_status.get()
-        app = status.applications.get(name)
+        app = (await self._serve_status.get()).get(name)
         if app is None:
             return "", ""
         messages = [app.message] if app.message else []
         for deployment in app.deployments.values():
             if deployment.message:
                 messages.append(deployment.message)
-        return str(getattr(app.status, "value", app.status)), " ".join(messages)
+        return app.status, " ".join(messages)
 
     async def running_replicas(self, targets: list[tuple[str, str]]) -> int:
         """How many replicas of ``targets`` (deployment, application) run now."""
-        status = await self._serve_status.get()
+        applications = await self._serve_status.get()
         running = 0
         for deployment_name, app_name in targets:
-            app = status.applications.get(app_name)
+            app = applications.get(app_name)
             deployment = app.deployments.get(deployment_name) if app is not None else None
             if deployment is not None:
                 running += int(deployment.replica_states.get("RUNNING", 0))
@@ -125,12 +127,12 @@ class ServeModelApps:
         until Serve's replacement runs), or one that recovered from that since the last call
         (the replacement can start between two calls: Serve's status then says HEALTHY with
         no trigger, which only a recovery leaves)."""
-        status = await self._serve_status.get()
+        applications = await self._serve_status.get()
         states: dict[tuple[str, str], tuple[str, str]] = {}
         failures: dict[str, str] = {}
-        for name, app in status.applications.items():
+        for name, app in applications.items():
             for deployment_name, deployment in app.deployments.items():
-                state = (_value(deployment.status), _value(deployment.status_trigger))
+                state = (deployment.status, deployment.status_trigger)
                 before = self._deployment_states.get((name, deployment_name))
                 states[(name, deployment_name)] = state
                 if state[0] == _UNHEALTHY and (before is None or before[0] != _UNHEALTHY):
@@ -213,10 +215,6 @@ def _states(versions: VersionStates) -> dict[str, ModelState]:
 _UNHEALTHY = "UNHEALTHY"
 # Serve's status of a deployment that recovered from UNHEALTHY (and of nothing else).
 _RECOVERED = ("HEALTHY", "UNSPECIFIED")
-
-
-def _value(member: Any) -> str:
-    return str(getattr(member, "value", member))
 
 
 def settled(replicas: list[SlotStatus | None], generation: str | None) -> LoadOutcome | None:

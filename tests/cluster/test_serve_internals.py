@@ -5,6 +5,7 @@ A Ray upgrade that moves or changes one fails here, naming it, instead of in a d
 
 import inspect
 
+import pytest
 from ray import serve
 from ray.serve.api import RunTarget
 
@@ -204,3 +205,30 @@ async def test_take_direct_ingress_http_seats_the_offered_server_and_keeps_serve
         assert served_by_serve == [theirs._direct_ingress_asgi]
     finally:
         replica.start_asgi_http_server = original
+
+
+@pytest.mark.cluster
+def test_serve_applications_reads_what_serve_status_shows(serve_cluster):
+    # Read without Serve's pydantic models: the same statuses, messages and replica counts.
+    echo = _Echo.options(num_replicas=2, ray_actor_options={"num_cpus": 0})
+    serve.run(echo.bind(), name="internals_echo", route_prefix="/internals_echo")
+    try:
+        status = serve.status()
+        read = serve_internals.serve_applications()
+    finally:
+        serve.delete("internals_echo")
+    assert status.applications["internals_echo"].deployments["_Echo"].replica_states == {
+        "RUNNING": 2
+    }
+    assert set(read) == set(status.applications)
+    for name, app in status.applications.items():
+        assert (read[name].status, read[name].message) == (app.status.value, app.message)
+        assert set(read[name].deployments) == set(app.deployments)
+        for deployment_name, deployment in app.deployments.items():
+            seen = read[name].deployments[deployment_name]
+            assert seen == serve_internals.DeploymentState(
+                deployment.status.value,
+                deployment.status_trigger.value,
+                deployment.message,
+                {str(getattr(k, "value", k)): v for k, v in deployment.replica_states.items()},
+            )

@@ -1,29 +1,24 @@
 """What the controller reads from Serve's status about replicas that failed: a deployment
-Serve marks UNHEALTHY, and one that recovered between two looks (Serve's status structures,
-no cluster)."""
+Serve marks UNHEALTHY, and one that recovered between two looks (the states
+``cluster.serve_internals.serve_applications`` reads, no cluster)."""
 
 from __future__ import annotations
 
-from ray.serve.schema import (
-    ApplicationStatusOverview,
-    DeploymentStatusOverview,
-    ServeStatus,
-)
-
+from cluster.serve_internals import ApplicationState, DeploymentState
 from deployments.apps.model_apps import ServeModelApps
 
 
 class StatusSequence:
-    """Serve's status at each look, in order (what ``serve.status()`` would answer)."""
+    """Serve's applications at each look, in order (what ``serve_applications()`` would
+    answer)."""
 
     def __init__(self, states: list[tuple[str, str, str]]) -> None:
         self.states = list(states)
 
-    async def get(self) -> ServeStatus:
+    async def get(self) -> dict[str, ApplicationState]:
         status, trigger, message = self.states.pop(0)
-        deployment = DeploymentStatusOverview(status, trigger, {}, message)
-        app = ApplicationStatusOverview("RUNNING", "", 0.0, {"m": deployment})
-        return ServeStatus(applications={"m": app})
+        deployment = DeploymentState(status, trigger, message, {})
+        return {"m": ApplicationState("RUNNING", "", {"m": deployment})}
 
 
 async def looks(states: list[tuple[str, str, str]]) -> list[dict[str, str]]:
