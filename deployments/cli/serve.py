@@ -17,6 +17,7 @@ from ray import serve
 from ray.serve.api import RunTarget
 
 from cluster.local import free_port, start_ray
+from cluster.serve_internals import serve_applications
 from deployments.apps.builders import (
     GRPC_APP_NAME,
     METRICS_APP_NAME,
@@ -237,13 +238,13 @@ def _drain() -> None:
     (Serve's graceful shutdown) while the proxies and the gRPC frontend still carry the
     responses; then the front applications; then Serve can stop."""
     try:
-        names = list(serve.status().applications)
+        names = list(serve_applications())
         front = [n for n in names if n in (SERVER_APP_NAME, GRPC_APP_NAME, METRICS_APP_NAME)]
         deadline = time.monotonic() + _DRAIN_TIMEOUT_S
         for group in ([n for n in names if n not in front], front):
             for name in group:
                 serve.delete(name, _blocking=False)
-            while time.monotonic() < deadline and set(group) & set(serve.status().applications):
+            while time.monotonic() < deadline and set(group) & set(serve_applications()):
                 time.sleep(_DRAIN_POLL_S)
     except Exception as err:  # never let draining stop the shutdown itself
         print(f"draining failed ({err}); stopping anyway", file=sys.stderr, flush=True)
@@ -293,9 +294,9 @@ class StartupError(Exception):
 
 def _deploy_failures() -> str:
     lines = []
-    for app_name, app in serve.status().applications.items():
+    for app_name, app in serve_applications().items():
         for name, deployment in app.deployments.items():
-            if deployment.message and str(getattr(deployment.status, "value", "")) != "HEALTHY":
+            if deployment.message and deployment.status != "HEALTHY":
                 lines.append(f"  {app_name}/{name}: {deployment.message.strip()}")
     return "\n".join(lines)
 
