@@ -62,7 +62,6 @@ from deployments.grpc.model_infer import (
     answer_grpc,
     infer_message,
     parse_infer_request,
-    stream_serialized,
 )
 from deployments.grpc.routing import InferRoute
 from deployments.grpc.servicer import TritonGrpcServicer
@@ -333,7 +332,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
         return await self._routed.infer_wire(model, self.host.slot(model).infer, message)
 
     async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
-        async for reply in stream_serialized(self.host.slot(model), message):
+        async for reply in self._routed.stream_wire(self.host.slot(model), message):
             yield reply
 
     def metadata(self, model: str, version: str = "") -> ModelMetadata:

@@ -45,7 +45,6 @@ from deployments.grpc.model_infer import (
     answer_grpc,
     infer_message,
     parse_infer_request,
-    stream_serialized,
 )
 from deployments.grpc.servicer import TritonGrpcServicer
 from deployments.http import region_calls, sequence_calls
@@ -182,7 +181,7 @@ class ServedModelDeployment(HttpIngress, ControlledReplica):
         return await self._routed.infer_wire(model, self._slot(model).infer, message)
 
     async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
-        async for reply in stream_serialized(self._slot(model), message):
+        async for reply in self._routed.stream_wire(self._slot(model), message):
             yield reply
 
     async def infer_sequence(

@@ -267,10 +267,41 @@ class RoutedCalls:
         self.in_flight += 1
         try:
             offload = self.in_flight > 1
-            async for reply in stream_message(target, request, offload_execution=offload):
+            replies = stream_message(target, request, offload_execution=offload)
+            async for reply in self._replies_or_hop(replies, target, request):
                 yield reply
         finally:
             self.in_flight -= 1
+
+    async def stream_wire(self, target: StreamTarget, message: bytes) -> AsyncIterator[bytes]:
+        """The replies to a serialized stream request the gRPC frontend forwarded through
+        the model's deployment (:func:`stream_serialized`)."""
+        read_start_ns = time.monotonic_ns()
+        request = parse_infer_request(message)
+        replies = stream_message(target, request, read_start_ns)
+        async for reply in self._replies_or_hop(replies, target, request):
+            yield reply
+
+    async def _replies_or_hop(
+        self, replies: AsyncIterator[bytes], target: StreamTarget, request: pb.ModelInferRequest
+    ) -> AsyncIterator[bytes]:
+        """``replies``; where ``request`` names another node's region, the one reply of a
+        replica there instead. Only a model's one-response requests outside a sequence hop:
+        a decoupled model's responses and a sequence's state stay with the replicas the
+        stream reaches (UNAVAILABLE, as without a hop)."""
+        try:
+            async for reply in replies:
+                yield reply
+        except RegionElsewhereError as elsewhere:  # raised while decoding: nothing was sent
+            decoupled = target.config.model_transaction_policy.decoupled
+            if decoupled or _sequence_id(request):
+                raise
+            answer = await self._hop(elsewhere, request.model_name, request.SerializeToString())
+            response = pb.ModelInferResponse.FromString(answer)
+            asked = request.parameters.get(codec.ENABLE_EMPTY_FINAL_RESPONSE)
+            if asked is not None and asked.bool_param:  # what the one response carries here
+                response.parameters[codec.FINAL_RESPONSE].bool_param = True
+            yield pb.ModelStreamInferResponse(infer_response=response).SerializeToString()
 
     async def stream(
         self,

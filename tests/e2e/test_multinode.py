@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -220,6 +221,25 @@ def test_requests_naming_a_region_are_served_on_the_regions_node(multinode):
             assert float(out[0, 0]) == step + 3.0, (step, module.__name__)
             answered[module.__name__] += 1
         assert answered == {"tritonclient.http": 12, "tritonclient.grpc": 12}
+        # Streams: each routed by its first request to any node's replica, which hops it.
+        replies: queue.Queue = queue.Queue()
+        for stream_number in range(6):
+            grpc.start_stream(callback=lambda result, error: replies.put((result, error)))
+            try:
+                for step in range(2):
+                    value = 100 + 10 * stream_number + step
+                    shm.set_shared_memory_region(regions["in"], [np.array([[value]], np.float32)])
+                    tensor = grpcclient.InferInput("IN", [1, 1], "FP32")
+                    tensor.set_shared_memory("mn_in", 4)
+                    output = grpcclient.InferRequestedOutput("OUT")
+                    output.set_shared_memory("mn_out", 4)
+                    grpc.async_stream_infer("regional", [tensor], outputs=[output])
+                    _, error = replies.get(timeout=60)
+                    assert error is None, error
+                    out = shm.get_contents_as_numpy(regions["out"], np.float32, [1, 1])
+                    assert float(out[0, 0]) == value + 3.0, (stream_number, step)
+            finally:
+                grpc.stop_stream()
         # The pinned model runs on the workers only: no replica can reach the region.
         tensor = httpclient.InferInput("IN", [1, 1], "FP32")
         tensor.set_shared_memory("mn_in", 4)

@@ -174,3 +174,70 @@ async def test_a_routed_stream_answers_its_model_here_and_forwards_the_others():
     assert [r.error_message for r in replies] == ["", "unknown model: 'other'", ""]
     assert [r.infer_response.model_name for r in replies] == ["double", "", "double"]
     assert forwarded == ["other"]
+
+
+# ----------------------------------------------------------------------------- region hops
+
+
+class _RecordedGrpcHop:
+    """A replica on the region's node, answering what it is sent with one response."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    async def forward_grpc(self, elsewhere, model: str, message: bytes) -> bytes:
+        request = pb.ModelInferRequest.FromString(message)
+        self.sent.append((elsewhere.node_id, request.id))
+        return pb.ModelInferResponse(model_name=model, id=request.id).SerializeToString()
+
+
+@pytest.fixture
+def region_elsewhere():
+    """This process's regions know 'r', registered on another node than this one's."""
+    from deployments.core.shared_memory import SystemRegion, process_regions
+
+    regions = process_regions()
+    node, fetch = regions.node_id, regions.fetch
+    regions.node_id, regions.fetch = "node-b", None
+    regions.adopt([SystemRegion("r", "/never_opened", 0, 64, "node-a")])
+    yield
+    regions.adopt([])
+    regions.node_id, regions.fetch = node, fetch
+
+
+def _in_region(request_id: str, sequence_id: int = 0, empty_final: bool = False) -> bytes:
+    message = pb.ModelInferRequest.FromString(request_bytes(empty_final, request_id=request_id))
+    message.inputs[0].parameters["shared_memory_region"].string_param = "r"
+    message.inputs[0].parameters["shared_memory_byte_size"].int64_param = 24
+    del message.raw_input_contents[:]
+    if sequence_id:
+        message.parameters["sequence_id"].int64_param = sequence_id
+    return message.SerializeToString()
+
+
+async def test_a_stream_request_naming_another_nodes_region_is_answered_from_there(
+    region_elsewhere,
+):
+    hop = _RecordedGrpcHop()
+    calls = RoutedCalls(hop)
+    replies = [
+        pb.ModelStreamInferResponse.FromString(reply)
+        async for reply in calls.stream_wire(StreamingDouble(), _in_region("s1", empty_final=True))
+    ]
+    assert hop.sent == [("node-a", "s1")]
+    [reply] = replies
+    assert reply.error_message == "" and reply.infer_response.id == "s1"
+    assert reply.infer_response.parameters[codec.FINAL_RESPONSE].bool_param is True
+
+
+@pytest.mark.parametrize(
+    ("target", "sequence_id"), [(StreamingDouble(decoupled=True), 0), (StreamingDouble(), 7)]
+)
+async def test_decoupled_and_sequence_stream_requests_do_not_hop(
+    region_elsewhere, target, sequence_id
+):
+    hop = _RecordedGrpcHop()
+    with pytest.raises(InferenceServerError) as refused:
+        async for _ in RoutedCalls(hop).stream_wire(target, _in_region("s2", sequence_id)):
+            pass
+    assert refused.value.code == StatusCode.UNAVAILABLE and hop.sent == []
