@@ -114,6 +114,14 @@ Region = SystemRegion | CudaRegion
 RegionFetch = Callable[[], Awaitable[list[Region]]]
 
 
+def check_region_name(name: str, kind: MemoryKind) -> None:
+    """Triton's error for a register request that names no region."""
+    if not name:
+        raise InferenceServerError(
+            f"'region name' is necessary to register {kind.value} shared memory region"
+        )
+
+
 def unknown_region(name: str) -> InferenceServerError:
     """A request names a region that is not registered."""
     return InferenceServerError(

@@ -20,7 +20,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from deployments.core.server_core import ServerCore
-from deployments.core.shared_memory import CudaRegion, MemoryKind
+from deployments.core.shared_memory import CudaRegion, MemoryKind, check_region_name
 from deployments.grpc import codec
 from deployments.grpc.routing import InferRoute, read_infer_route
 from deployments.grpc.streams import (
@@ -290,10 +290,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        if not request.name:
-            raise InferenceServerError(
-                "'region name' is necessary to register system shared memory region"
-            )
+        check_region_name(request.name, MemoryKind.SYSTEM)
         await self.core.register_system_shared_memory(
             request.name, request.key, request.offset, request.byte_size
         )
@@ -324,10 +321,7 @@ class TritonGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        if not request.name:
-            raise InferenceServerError(
-                "'region name' is necessary to register cuda shared memory region"
-            )
+        check_region_name(request.name, MemoryKind.CUDA)
         if request.device_id < 0:
             raise InferenceServerError(
                 "failed to register shared memory region: invalid args: "

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from deployments.core.server_core import ServerCore
-from deployments.core.shared_memory import MemoryKind
+from deployments.core.shared_memory import MemoryKind, check_region_name
 from deployments.http.messages import HttpReply, HttpRequest
 from deployments.http.model_routes import MODEL_ACTIONS, has_empty_segment
 from deployments.http.request_decoding import parse_json_object
@@ -203,10 +203,7 @@ class ServerHttpEndpoints:
 def register_parameters(name: str, body: bytes) -> tuple[str, int, int]:
     """A system shared-memory register request's key, offset and byte size, checked as
     Triton checks them."""
-    if not name:
-        raise InferenceServerError(
-            "'region name' is necessary to register system shared memory region"
-        )
+    check_region_name(name, MemoryKind.SYSTEM)
     request = parse_json_object(body) if body else {}
     if "key" not in request:
         raise InferenceServerError("Shared memory register request has no 'key' field")
@@ -215,31 +212,15 @@ def register_parameters(name: str, body: bytes) -> tuple[str, int, int]:
         raise InferenceServerError(
             "Unable to parse 'key': attempt to access JSON non-string as string"
         )
-    offset = request.get("offset", 0)
-    if type(offset) is not int or offset < 0:
-        raise InferenceServerError(
-            "Unable to parse 'offset': attempt to access JSON non-unsigned-integer as "
-            "unsigned-integer"
-        )
-    if "byte_size" not in request:
-        raise InferenceServerError("Shared memory register request has no 'byte_size' field")
-    byte_size = request["byte_size"]
-    if type(byte_size) is not int or byte_size < 0:
-        raise InferenceServerError(
-            "Unable to parse 'byte_size': attempt to access JSON non-unsigned-integer as "
-            "unsigned-integer"
-        )
-    return key, offset, byte_size
+    offset = _unsigned(request, "offset", default=0)
+    return key, offset, _unsigned(request, "byte_size")
 
 
 def cuda_register_parameters(name: str, body: bytes) -> tuple[bytes, int, int]:
     """A CUDA shared-memory register request's IPC handle (``{"b64": ...}``), device id and
     byte size, checked as Triton checks them (a handle that is not 64 bytes of base64 is the
     registry's to refuse)."""
-    if not name:
-        raise InferenceServerError(
-            "'region name' is necessary to register cuda shared memory region"
-        )
+    check_region_name(name, MemoryKind.CUDA)
     request = parse_json_object(body) if body else {}
     if "raw_handle" not in request:
         raise InferenceServerError("Shared memory register request has no 'raw_handle' field")
@@ -253,18 +234,20 @@ def cuda_register_parameters(name: str, body: bytes) -> tuple[bytes, int, int]:
         raise InferenceServerError(
             "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
         ) from None
-    numbers = []
-    for field in ("device_id", "byte_size"):
-        if field not in request:
-            raise InferenceServerError(f"Shared memory register request has no '{field}' field")
-        value = request[field]
-        if type(value) is not int or value < 0:
-            raise InferenceServerError(
-                f"Unable to parse '{field}': attempt to access JSON non-unsigned-integer as "
-                "unsigned-integer"
-            )
-        numbers.append(value)
-    return raw_handle, numbers[0], numbers[1]
+    return raw_handle, _unsigned(request, "device_id"), _unsigned(request, "byte_size")
+
+
+def _unsigned(request: JsonObject, field: str, default: int | None = None) -> int:
+    """A register request's unsigned integer ``field`` (required when ``default`` is None)."""
+    if field not in request and default is None:
+        raise InferenceServerError(f"Shared memory register request has no '{field}' field")
+    value = request.get(field, default)
+    if type(value) is not int or value < 0:
+        raise InferenceServerError(
+            f"Unable to parse '{field}': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer"
+        )
+    return value
 
 
 def _parameters(body: bytes) -> JsonObject:
