@@ -58,6 +58,16 @@ instance_group [
   { name: "gpu" count: 1 kind: KIND_GPU gpus: [ 1 ] }
 ]
 """
+# GPU instances pinned to GPU 0 alone: one deployment, no router, on the workers only (a model
+# of several groups is reached through its router, which may run on the head node and read a
+# region there itself).
+GPU_ZERO = """\
+backend: "python"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { name: "g" count: 2 kind: KIND_GPU gpus: [ 0 ] } ]
+"""
 # One replica per node: HAProxy sends requests to all three.
 REGIONAL = """\
 backend: "python"
@@ -88,6 +98,7 @@ def multinode(tmp_path_factory):
     _write_model(repository, "pinned", PINNED, 1.0)
     _write_model(repository, "mixed", MIXED, 2.0)
     _write_model(repository, "regional", REGIONAL, 3.0)
+    _write_model(repository, "gpu_zero", GPU_ZERO, 4.0)  # loaded by the region test
     write_sequence_model(repository, replicas=SEQUENCE_REPLICAS, per_node=1)
     ray_tmp = Path(f"/tmp/rt{os.getpid()}m")
     env = rayton_serve_env(ray_tmp)
@@ -195,7 +206,7 @@ def test_requests_naming_a_region_are_served_on_the_regions_node(multinode):
     """A region is a file of the head node's /dev/shm (registered through the front, which
     runs there): a request HAProxy gives a worker's replica hops to the head's replica; a
     model with no replica on the head node answers UNAVAILABLE with the reason."""
-    _, http_url, grpc_url = multinode
+    cluster, http_url, grpc_url = multinode
     replicas = _status(http_url)["models"]["regional"]["replicas"]
     assert len({r["node_id"] for r in replicas}) == 3, replicas  # one per node
     tag = os.getpid()
@@ -240,17 +251,21 @@ def test_requests_naming_a_region_are_served_on_the_regions_node(multinode):
                     assert float(out[0, 0]) == value + 3.0, (stream_number, step)
             finally:
                 grpc.stop_stream()
-        # The pinned model runs on the workers only: no replica can reach the region.
+        # A model on the workers only: no replica can reach the region.
+        http.load_model("gpu_zero")
+        gpu_nodes = {r["node_id"] for r in _status(http_url)["models"]["gpu_zero"]["replicas"]}
+        assert gpu_nodes <= set(cluster.worker_ids), gpu_nodes
         tensor = httpclient.InferInput("IN", [1, 1], "FP32")
         tensor.set_shared_memory("mn_in", 4)
         with pytest.raises(InferenceServerException, match="has no replica on node") as error:
-            http.infer("pinned", [tensor])
+            http.infer("gpu_zero", [tensor])
         assert error.value.status() == "503", error.value
     finally:
         http.unregister_system_shared_memory()
         for handle in regions.values():
             shm.destroy_shared_memory_region(handle)
-        http.unload_model("regional")  # the later tests need the worker nodes' room
+        for model in ("regional", "gpu_zero"):  # the later tests need the worker nodes' room
+            http.unload_model(model)
 
 
 def test_sequences_reach_the_replica_holding_them_on_any_node(multinode):

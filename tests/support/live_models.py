@@ -69,14 +69,21 @@ def write_adder(
     scale: float = 1.0,
     delay_us: int = 1000,
     fail_initialize: bool = False,
+    initialize_s: float = 0.0,
 ) -> Path:
-    """A model answering ``IN * scale + offset`` (version ``version``); returns its directory."""
+    """A model answering ``IN * scale + offset`` (version ``version``); returns its directory.
+
+    ``initialize_s`` makes its load last that long, so a sampler can see it LOADING."""
     model_dir = root / name
     (model_dir / str(version)).mkdir(parents=True, exist_ok=True)
     config = model_dir / "config.pbtxt"
     if not config.exists():
         config.write_text(ADDER_CONFIG.format(delay_us=delay_us))
-    init = 'raise ValueError("init exploded")' if fail_initialize else "pass"
+    init = (
+        'raise ValueError("init exploded")'
+        if fail_initialize
+        else f"__import__('time').sleep({initialize_s})"
+    )
     (model_dir / str(version) / "model.py").write_text(
         ADDER_MODEL.format(init=init, offset=offset, scale=scale)
     )

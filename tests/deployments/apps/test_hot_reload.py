@@ -109,7 +109,7 @@ def test_poll_mode_switches_versions_and_configs_without_a_failed_request(
             IndexSampler(serve_cluster.http_url) as index,
         ):
             wait_until(lambda: load.answers[("1", 2.0)] > 20)
-            write_adder(root, "a", version=2, offset=2.0)  # (a) a new version directory
+            write_adder(root, "a", version=2, offset=2.0, initialize_s=2.0)  # (a) version 2
             wait_until(lambda: load.answers[("2", 3.0)] > 20)
             config = root / "a" / "config.pbtxt"  # (c) a changed config
             config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
@@ -133,7 +133,8 @@ def test_poll_mode_switches_versions_and_configs_without_a_failed_request(
 def test_explicit_loads_and_unloads_leave_other_models_serving(serve_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("explicit_reload") / "repository"
     write_adder(root, "a", offset=1.0)
-    write_adder(root, "b", offset=10.0)
+    # b's load lasts 2 s: a load into the shared host can finish between two samples.
+    write_adder(root, "b", offset=10.0, initialize_s=2.0)
     write_adder(root, "c", offset=20.0)
     serve_cluster.deploy_live(root, "explicit", ["a", "c"])
     try:
