@@ -13,6 +13,11 @@ holds no memory of its own) or a model a loaded ensemble uses.
 The budget holds per node. The shared host's replicas run on the head node, so the models it
 hosts count there; a model with replicas of its own goes to the worker node (the head when
 there is none) with the most room left, pinned there by Ray's node-id label.
+
+A GPU budget (``--gpu-memory-budget``) holds per GPU: each GPU a node declares by its
+``rayton_gpu_<i>`` resource is a :class:`GpuSlot`. A GPU model goes to one GPU, the one with
+room (the most), else the one whose least recently used idle model is the oldest; its GPU
+bytes are ``GPU_MEMORY_FOOTPRINT`` per GPU instance, else its files' size.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from dataclasses import dataclass
 from tritonclient.grpc import model_config_pb2 as mc
 
 FOOTPRINT_PARAMETER = "MEMORY_FOOTPRINT"
+GPU_FOOTPRINT_PARAMETER = "GPU_MEMORY_FOOTPRINT"
+# The custom resource a node declares, one unit, for its GPU <i> (cluster.placement pins on it)
+GPU_RESOURCE_PREFIX = "rayton_gpu_"
 # The label every Ray node carries with its id (a replica's label_selector pins it there)
 NODE_ID_LABEL = "ray.io/node-id"
 HEAD_NODE_RESOURCE = "node:__internal_head__"
@@ -126,20 +134,110 @@ def check_budget_setting(setting: str) -> str:
     return setting
 
 
-def declared_footprint(config: mc.ModelConfig) -> int | None:
-    """The bytes one replica of the model takes, as its ``MEMORY_FOOTPRINT`` parameter says
-    (None: not declared).
+def declared_footprint(config: mc.ModelConfig, parameter: str = FOOTPRINT_PARAMETER) -> int | None:
+    """The bytes one replica of the model takes, as its ``MEMORY_FOOTPRINT`` parameter (or
+    ``parameter``: ``GPU_MEMORY_FOOTPRINT``, per GPU instance) says (None: not declared).
 
     Raises:
         ValueError: a value that is not a size in bytes.
     """
-    if FOOTPRINT_PARAMETER not in config.parameters:
+    if parameter not in config.parameters:
         return None
-    text = config.parameters[FOOTPRINT_PARAMETER].string_value
+    text = config.parameters[parameter].string_value
     try:
         return parse_bytes(text)
     except ValueError as err:
-        raise ValueError(f"parameter '{FOOTPRINT_PARAMETER}': {err}") from None
+        raise ValueError(f"parameter '{parameter}': {err}") from None
+
+
+def gpu_instances(config: mc.ModelConfig) -> int:
+    """The GPU instances of a model placed on one GPU: the counts of its GPU groups."""
+    return sum(
+        max(group.count, 1)
+        for group in config.instance_group
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU
+    )
+
+
+def on_one_gpu(config: mc.ModelConfig, gpu: int) -> mc.ModelConfig:
+    """A copy of a normalised config whose GPU groups all run on GPU ``gpu`` of a node:
+    ``count`` instances there, instead of ``count`` on each GPU listed (server#1644)."""
+    placed = mc.ModelConfig()
+    placed.CopyFrom(config)
+    for group in placed.instance_group:
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
+            del group.gpus[:]
+            group.gpus.append(gpu)
+    return placed
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One GPU of one node under ``--gpu-memory-budget``: the bytes GPU models may take."""
+
+    node_id: str
+    gpu: int
+    capacity: int
+
+    @property
+    def key(self) -> str:
+        """The slot's name in residencies, status and metrics: ``<node id>/gpu<i>``."""
+        return f"{self.node_id}/gpu{self.gpu}"
+
+
+def gpu_slots(setting: str, nodes: Iterable[tuple[str, dict[str, float]]]) -> list[GpuSlot]:
+    """Each GPU the live ``nodes`` (id, resources) declare by ``rayton_gpu_<i>``, holding
+    ``setting`` bytes (``--gpu-memory-budget``: a size, not a percentage).
+
+    Raises:
+        ValueError: a setting that is not a size in bytes above 0.
+    """
+    capacity = gpu_budget_bytes(setting)
+    slots = []
+    for node_id, resources in nodes:
+        for key in resources:
+            index = key.removeprefix(GPU_RESOURCE_PREFIX)
+            if key.startswith(GPU_RESOURCE_PREFIX) and index.isdigit():
+                slots.append(GpuSlot(node_id, int(index), capacity))
+    return sorted(slots, key=lambda slot: (slot.node_id, slot.gpu))
+
+
+def gpu_budget_bytes(setting: str) -> int:
+    """The bytes a ``--gpu-memory-budget`` setting gives each GPU.
+
+    Raises:
+        ValueError: a percentage (Ray does not report a GPU's memory) or not a size above 0.
+    """
+    if setting.strip().endswith("%"):
+        raise ValueError(
+            f"GPU memory budget '{setting}' must be a size (such as 20GiB): Ray does not "
+            "report a GPU's memory"
+        )
+    size = parse_bytes(setting)
+    if size <= 0:
+        raise ValueError(f"GPU memory budget '{setting}' must be more than 0 bytes")
+    return size
+
+
+def slot_for(slots: list[GpuSlot], residents: Iterable[Resident], needed: int) -> GpuSlot | None:
+    """The GPU a model needing ``needed`` GPU bytes goes to, given the GPU ``residents``
+    (``node`` is their slot's key): the one with the most room where it fits; else the one
+    whose least recently used idle, unpinned model is the oldest (it makes room there); else
+    the one with the most room. None without slots."""
+    residents = list(residents)
+    used: dict[str, int] = {}
+    for resident in residents:
+        used[resident.node] = used.get(resident.node, 0) + resident.footprint
+    room = {slot.key: slot.capacity - used.get(slot.key, 0) for slot in slots}
+    fitting = [slot for slot in slots if room[slot.key] >= needed]
+    if fitting:
+        return max(fitting, key=lambda slot: room[slot.key])
+    idle = [r for r in residents if not r.pinned and not r.in_flight and r.footprint > 0]
+    oldest = {r.node: r.last_used for r in sorted(idle, key=lambda r: -r.last_used)}
+    freeable = [slot for slot in slots if slot.key in oldest]
+    if freeable:
+        return min(freeable, key=lambda slot: oldest[slot.key])
+    return max(slots, key=lambda slot: room[slot.key], default=None)
 
 
 @dataclass(frozen=True)
@@ -219,6 +317,8 @@ class ModelResidency:
     loads: int
     evictions: int
     node: str = ""  # the node whose budget it counts against (its replicas' node)
+    gpu: str = ""  # the GPU whose budget it counts against (GpuSlot.key; "": none)
+    gpu_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -229,3 +329,5 @@ class BudgetUsage:
     capacity_bytes: int  # per node
     used_bytes: int  # on all nodes
     models: list[ModelResidency]
+    gpu_capacity_bytes: int = 0  # per GPU (0: no GPU budget)
+    gpu_used_bytes: int = 0  # on all GPUs

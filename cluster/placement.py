@@ -26,7 +26,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from cluster.memory_budget import declared_footprint
+from cluster.memory_budget import GPU_RESOURCE_PREFIX, declared_footprint
 from cluster.queue_autoscaling import PENDING_PARAMETER, QUEUE_TIME_PARAMETER, queue_targets
 from cluster.recycling import ReplicaRecycling, replica_recycling
 from repo_adapter.backends import is_registered
@@ -56,12 +56,12 @@ _RESOURCE_PRECISION = 4
 
 def gpu_resource(gpu: int) -> str:
     """The custom resource a node declares, one unit, for its GPU ``gpu``."""
-    return f"rayton_gpu_{gpu}"
+    return f"{GPU_RESOURCE_PREFIX}{gpu}"
 
 
 def declared_gpu_resources(nodes: Iterable[dict[str, float]]) -> set[str]:
     """The per-GPU resources some node of the cluster declares."""
-    return {key for node in nodes for key in node if key.startswith("rayton_gpu_")}
+    return {key for node in nodes for key in node if key.startswith(GPU_RESOURCE_PREFIX)}
 
 
 @dataclass
@@ -140,6 +140,22 @@ class ModelPlacement:
             "graceful_shutdown_timeout_s": GRACEFUL_SHUTDOWN_TIMEOUT_S,
             "ray_actor_options": {"num_cpus": 0},
         }
+
+
+def share_gpus(placement: ModelPlacement, share: float) -> None:
+    """Make each GPU replica of ``placement`` ask Ray for ``share`` of its GPU (and of the
+    GPU's ``rayton_gpu_<i>`` resource) instead of ``1/count``: under a GPU memory budget,
+    its bytes over the GPU's budget, so Ray packs models on a GPU as the budget does."""
+    share = min(max(round(share, _RESOURCE_PRECISION), 10**-_RESOURCE_PRECISION), 1.0)
+    for group in placement.groups:
+        if group.instance_kind != "GPU":
+            continue
+        options = group.ray_actor_options
+        options["num_gpus"] = share
+        resources = options.get("resources", {})
+        for key in resources:
+            if key.startswith(GPU_RESOURCE_PREFIX):
+                resources[key] = share
 
 
 def placement_for(config: mc.ModelConfig, nodes: Iterable[dict[str, float]] = ()) -> ModelPlacement:

@@ -8,7 +8,8 @@ repository. Before a load, each new model is given a node (the head for the shar
 models, the worker with the most room for the others: :mod:`cluster.memory_budget`), and the
 least recently used idle models there are unloaded until it fits; models with requests in
 flight are waited for, never unloaded. After it, each node's budget is checked again with
-what the replicas measured.
+what the replicas measured. Under a GPU budget (``--gpu-memory-budget``) each GPU model is
+given one GPU the same way, and the least recently used idle GPU models there make room.
 
 A model whose load failed is not tried again for each request: it answers its load error until
 its files change.
@@ -20,16 +21,25 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.memory_budget import (
+    GPU_FOOTPRINT_PARAMETER,
     BudgetNode,
     BudgetUsage,
+    GpuSlot,
     ModelResidency,
     Resident,
     budget_nodes,
+    declared_footprint,
+    gpu_budget_bytes,
+    gpu_instances,
+    gpu_slots,
     node_for,
+    on_one_gpu,
     plan_evictions,
+    slot_for,
 )
 from cluster.placement import ModelPlacement, placement_for
 from cluster.resources import live_nodes
@@ -43,6 +53,39 @@ logger = logging.getLogger(__name__)
 
 # How often a load waiting for busy models to finish looks at them again
 _BUSY_POLL_S = 0.1
+_NO_GPU_SLOTS = (
+    "--gpu-memory-budget gives GPU models the GPUs nodes declare by their rayton_gpu_<i> "
+    "resources, and no live node declares one ('rayton cluster' does; on your own nodes: "
+    "ray start --resources '{\"rayton_gpu_0\": 1}' for each GPU)"
+)
+
+
+@dataclass(frozen=True)
+class GpuPlace:
+    """Where the GPU budget put a GPU model: its GPU, and its GPU bytes over its
+    ``instances`` GPU instances."""
+
+    slot: GpuSlot
+    size: int
+    instances: int
+
+    @property
+    def share(self) -> float:
+        """Each instance's share of the GPU's budget (what it asks Ray for)."""
+        return self.size / max(self.instances, 1) / self.slot.capacity
+
+
+@dataclass(frozen=True)
+class WantedModel:
+    """A model a load brings, as the budgets see it before it loads: the bytes it will take
+    over its replicas, whether the shared host holds it, and the GPU bytes over its GPU
+    instances (0: not a GPU model, or no GPU budget)."""
+
+    name: str
+    size: int
+    hosted: bool
+    gpu_size: int = 0
+    gpu_instances: int = 0
 
 
 class OnDemandLoads:
@@ -59,21 +102,25 @@ class OnDemandLoads:
         timeout_s: float,
         head_node: str = "",
         nodes: Callable[[], list[tuple[str, dict[str, float]]]] = live_nodes,
+        gpu_budget: str | None = None,
     ) -> None:
         """``load`` and ``unload`` apply a change of the repository (the caller holds
-        ``changes``, the lock of every change); ``budget`` is ``--memory-budget`` (None:
-        models load on demand and stay); ``head_node`` the node id of the head, where the
-        shared host runs; ``nodes`` lists the live nodes (id, resources)."""
+        ``changes``, the lock of every change); ``budget`` is ``--memory-budget`` and
+        ``gpu_budget`` ``--gpu-memory-budget`` (None both: models load on demand and stay);
+        ``head_node`` the node id of the head, where the shared host runs; ``nodes`` lists
+        the live nodes (id, resources)."""
         self.repository = repository
         self.homes = homes
         self._changes = changes
         self._load = load
         self._unload = unload
         self._budget = budget
+        self._gpu_budget = gpu_budget
         self.timeout_s = timeout_s
         self.head_node = head_node
         self._live_nodes = nodes
-        self._node_of: dict[str, str] = {}  # model -> the node whose budget it counts against
+        self._node_of: dict[str, str] = {}  # model -> the node a budget gave it
+        self._gpu_of: dict[str, GpuPlace] = {}  # GPU model -> where the GPU budget put it
         self._pending: dict[str, asyncio.Future[None]] = {}
         self._wake = asyncio.Event()
         self._failed: dict[str, str] = {}  # model -> fingerprint of the files that failed
@@ -164,7 +211,7 @@ class OnDemandLoads:
         if not names:
             return
         began = time.monotonic()
-        evict = await self._make_room(names) if self._budget is not None else []
+        evict = await self._make_room(names) if self._budgeted else []
         room_at = time.monotonic()
         # The evicted models' unloads and the new loads are sent together (the shared host
         # gets one hosted set with both): an evicted model's memory is freed while the new
@@ -185,17 +232,42 @@ class OnDemandLoads:
             else:
                 fingerprint = await asyncio.to_thread(self.repository.fingerprint, name)
                 self._failed[name] = fingerprint
-        if self._budget is not None:  # measured footprints may exceed the estimates
+        if self._budgeted:  # measured footprints may exceed the estimates
             residents = await self._residents(set(names))
             for node in await self._budget_nodes():
                 here = [r for r in residents if r.node == node.node_id]
                 await self._evict(plan_evictions(here, 0, node.capacity).evict)
+            on_gpus = self._gpu_residents(await self._residents(set(names)))
+            for slot in await self._gpu_slots():
+                here = [r for r in on_gpus if r.node == slot.key]
+                await self._evict(plan_evictions(here, 0, slot.capacity).evict)
 
     # ------------------------------------------------------------------ the budget
 
+    @property
+    def _budgeted(self) -> bool:
+        return self._budget is not None or self._gpu_budget is not None
+
     async def _budget_nodes(self) -> list[BudgetNode]:
-        assert self._budget is not None
+        """Each node's budget (none without ``--memory-budget``)."""
+        if self._budget is None:
+            return []
         return budget_nodes(self._budget, await asyncio.to_thread(self._live_nodes))
+
+    async def _gpu_slots(self) -> list[GpuSlot]:
+        """Each GPU's budget (none without ``--gpu-memory-budget``)."""
+        if self._gpu_budget is None:
+            return []
+        return gpu_slots(self._gpu_budget, await asyncio.to_thread(self._live_nodes))
+
+    def _gpu_residents(self, residents: list[Resident]) -> list[Resident]:
+        """The loaded GPU models as the GPU budget sees them: their GPU bytes, on their GPU
+        (``node``: the slot's key)."""
+        return [
+            Resident(r.name, place.size, r.last_used, r.in_flight, r.pinned, place.slot.key)
+            for r in residents
+            if (place := self._gpu_of.get(r.name)) is not None
+        ]
 
     async def _capacity_bytes(self) -> int:
         """The smallest node's budget (what ``usage`` reports)."""
@@ -208,18 +280,39 @@ class OnDemandLoads:
         timeout)."""
         nodes = await self._budget_nodes()
         capacity = {node.node_id: node.capacity for node in nodes}
+        slots = await self._gpu_slots()
+        gpu_capacity = {slot.key: slot.capacity for slot in slots}
         residents = await self._residents(set(names))
         used: dict[str, int] = {}
         for resident in residents:
             used[resident.node] = used.get(resident.node, 0) + resident.footprint
         needed: dict[str, int] = {}
+        gpu_needed: dict[str, int] = {}
         for name in names:
-            for model, size, hosted in await self._wanted(name, set()):
-                room = {n: used.get(n, 0) + needed.get(n, 0) for n in capacity}
-                chosen = node_for(nodes, room)
-                node = self.head_node if hosted or chosen is None else chosen.node_id
-                self._node_of[model] = node
-                needed[node] = needed.get(node, 0) + size
+            for wanted in await self._wanted(name, set()):
+                node = None
+                if wanted.gpu_size:
+                    # What this batch placed so far counts on its GPU, and stays.
+                    placed = [Resident("", n, 0.0, 0, True, key) for key, n in gpu_needed.items()]
+                    slot = slot_for(slots, self._gpu_residents(residents) + placed, wanted.gpu_size)
+                    if slot is None:
+                        raise InferenceServerError(
+                            f"model '{wanted.name}' needs a GPU: {_NO_GPU_SLOTS}",
+                            StatusCode.UNAVAILABLE,
+                        )
+                    self._gpu_of[wanted.name] = GpuPlace(
+                        slot, wanted.gpu_size, wanted.gpu_instances
+                    )
+                    gpu_needed[slot.key] = gpu_needed.get(slot.key, 0) + wanted.gpu_size
+                    node = slot.node_id
+                elif nodes:
+                    room = {n: used.get(n, 0) + needed.get(n, 0) for n in capacity}
+                    chosen = node_for(nodes, room)
+                    node = self.head_node if wanted.hosted or chosen is None else chosen.node_id
+                if node is None:
+                    continue  # no budget places it: Serve's choice
+                self._node_of[wanted.name] = node
+                needed[node] = needed.get(node, 0) + wanted.size
         deadline = time.monotonic() + self.timeout_s
         try:
             while True:
@@ -227,13 +320,19 @@ class OnDemandLoads:
                     plan_evictions(
                         [r for r in residents if r.node == node],
                         size,
-                        capacity.get(node, 0),
+                        capacity[node],
                     )
                     for node, size in needed.items()
+                    if node in capacity
                 ]
-                busy = [name for plan in plans for name in plan.busy]
+                on_gpus = self._gpu_residents(residents)
+                plans += [
+                    plan_evictions([r for r in on_gpus if r.node == key], size, gpu_capacity[key])
+                    for key, size in gpu_needed.items()
+                ]
+                busy = list(dict.fromkeys(name for plan in plans for name in plan.busy))
                 if not busy:
-                    return [name for plan in plans for name in plan.evict]
+                    return list(dict.fromkeys(name for plan in plans for name in plan.evict))
                 self._busy = busy
                 if time.monotonic() > deadline:
                     raise InferenceServerError(
@@ -249,7 +348,11 @@ class OnDemandLoads:
 
     def node_of(self, name: str) -> str | None:
         """The node a model loading now was given (None: no budget, or Serve's choice)."""
-        return self._node_of.get(name) if self._budget is not None else None
+        return self._node_of.get(name)
+
+    def gpu_of(self, name: str) -> GpuPlace | None:
+        """Where the GPU budget put a GPU model loading now (None: no GPU budget)."""
+        return self._gpu_of.get(name)
 
     async def _evict(self, names: list[str]) -> None:
         if not names:
@@ -259,11 +362,13 @@ class OnDemandLoads:
         for name in names:
             self._evictions[name] = self._evictions.get(name, 0) + 1
             self._node_of.pop(name, None)
+            self._gpu_of.pop(name, None)
 
-    async def _wanted(self, name: str, seen: set[str]) -> list[tuple[str, int, bool]]:
+    async def _wanted(self, name: str, seen: set[str]) -> list[WantedModel]:
         """The models a load of ``name`` brings (it, and an ensemble's members not served):
         each with the bytes it will take (its declared footprint, else what it took last
-        time, else the size of its files) and whether the shared host will hold it."""
+        time, else the size of its files), whether the shared host will hold it, and under
+        a GPU budget its GPU bytes (declared per GPU instance, else its files' size)."""
         if self._serves(name) or name in seen:
             return []
         seen.add(name)
@@ -278,17 +383,29 @@ class OnDemandLoads:
             for member in member_names(scan.config):
                 members += await self._wanted(member, seen)
             return members
+        config = scan.config
         try:
-            placement = placement_for(scan.config)
+            on_gpu = self._gpu_budget is not None and placement_for(config).uses_gpu
+            if on_gpu:  # its GPU instances all go to one GPU
+                config = on_one_gpu(config, 0)
+            placement = placement_for(config)
+            gpu_size = declared_footprint(config, GPU_FOOTPRINT_PARAMETER)
         except ValueError:
             return []  # its load fails and says why
         hosted = self.homes.home_for(placement) is self.homes.host
         # A hosted model is in each of the host's replicas; another has replicas of its own.
         replicas = self.homes.host.replicas if hosted else _replicas(placement)
-        if placement.footprint is not None:
-            return [(name, placement.footprint * replicas, hosted)]
-        size = self._per_replica.get(name) or await asyncio.to_thread(_files_bytes, scan.path)
-        return [(name, size * replicas, hosted)]
+        files = 0
+        if placement.footprint is None or (on_gpu and gpu_size is None):
+            files = await asyncio.to_thread(_files_bytes, scan.path)
+        size = placement.footprint
+        if size is None:
+            size = self._per_replica.get(name) or files
+        if not on_gpu:
+            return [WantedModel(name, size * replicas, hosted)]
+        instances = gpu_instances(config)
+        per_instance = gpu_size if gpu_size is not None else files
+        return [WantedModel(name, size * replicas, hosted, per_instance * instances, instances)]
 
     async def _residents(self, requested: set[str]) -> list[Resident]:
         """Every loaded model with its footprint, last use and requests in flight; those
@@ -353,6 +470,7 @@ class OnDemandLoads:
     async def usage(self) -> BudgetUsage:
         """The budget, what the loaded models take, and each model loaded on demand."""
         residents = {r.name: r for r in await self._residents(set())}
+        on_gpus = {r.name: r for r in self._gpu_residents(list(residents.values()))}
         capacity = await self._capacity_bytes() if self._budget is not None else 0
         models = [
             ModelResidency(
@@ -362,10 +480,18 @@ class OnDemandLoads:
                 self._loads.get(name, 0),
                 self._evictions.get(name, 0),
                 residents[name].node if name in residents else "",
+                on_gpus[name].node if name in on_gpus else "",
+                on_gpus[name].footprint if name in on_gpus else 0,
             )
             for name in sorted(set(self._loads) | set(residents))
         ]
-        return BudgetUsage(capacity, sum(r.footprint for r in residents.values()), models)
+        return BudgetUsage(
+            capacity,
+            sum(r.footprint for r in residents.values()),
+            models,
+            gpu_budget_bytes(self._gpu_budget) if self._gpu_budget is not None else 0,
+            sum(r.footprint for r in on_gpus.values()),
+        )
 
     def close(self) -> None:
         self._task.cancel()

@@ -35,8 +35,8 @@ from dataclasses import replace
 import ray
 from ray import serve
 
-from cluster.memory_budget import BudgetUsage, pin_to_node
-from cluster.placement import ModelPlacement, placement_for
+from cluster.memory_budget import BudgetUsage, on_one_gpu, pin_to_node
+from cluster.placement import ModelPlacement, placement_for, share_gpus
 from cluster.resources import cluster_gpu_ids, live_nodes, node_resources, unplaceable_reason
 from deployments.apps.grpc_deployment import GRPC_APP_NAME, GRPC_DEPLOYMENT_NAME
 from deployments.apps.handles import broadcast
@@ -140,6 +140,7 @@ class RepositoryController:
                 spec.memory_budget,
                 spec.load_on_demand_timeout_secs,
                 head_node,
+                gpu_budget=spec.gpu_memory_budget,
             )
             if spec.load_on_demand
             else None
@@ -384,11 +385,15 @@ class RepositoryController:
                 self._unplaceable.add(model.name)
             self.repository.load_failed(model.name, model.error)
             return None
+        gpu = self._on_demand.gpu_of(model.name) if self._on_demand is not None else None
+        config = on_one_gpu(model.config, gpu.slot.gpu) if gpu is not None else model.config
         try:
-            placement = placement_for(model.config, nodes)
+            placement = placement_for(config, nodes)
         except ValueError as err:  # a placement parameter Serve would refuse
             self.repository.load_failed(model.name, f"model '{model.name}': {err}")
             return None
+        if gpu is not None:
+            share_gpus(placement, gpu.share)
         groups = placement.groups
         reason = next(
             filter(None, (unplaceable_reason(g.ray_actor_options, nodes) for g in groups)), ""
@@ -400,7 +405,7 @@ class RepositoryController:
         self._unplaceable.discard(model.name)
         node = self._on_demand.node_of(model.name) if self._on_demand is not None else None
         if node is not None and self.homes.home_for(placement) is not self.homes.host:
-            for group in placement.groups:  # the node the memory budget gave it
+            for group in placement.groups:  # the node (and GPU) the memory budgets gave it
                 pin_to_node(group.ray_actor_options, node)
         return placement
 

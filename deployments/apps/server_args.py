@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from cluster.memory_budget import check_budget_setting
+from cluster.memory_budget import check_budget_setting, gpu_budget_bytes
 from deployments.command_flag import Flag
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
 from deployments.observability.log_settings import LogSettings
@@ -29,6 +29,12 @@ DEFAULT_ON_DEMAND_TIMEOUT_S = 60.0
 
 def _valid_budget(setting: str | None) -> str | None:
     return None if setting is None else check_budget_setting(setting)
+
+
+def _valid_gpu_budget(setting: str | None) -> str | None:
+    if setting is not None:
+        gpu_budget_bytes(setting)
+    return setting
 
 
 # Triton's --http-max-input-size; `rayton build` and `rayton serve` both take it.
@@ -180,6 +186,15 @@ class ServerAppArgs(BaseModel):
         "(500MB, 8GiB, or a percentage of the node's memory); above it the least recently used "
         "idle models are unloaded (they load again on their next request)",
     )
+    gpu_memory_budget: Annotated[
+        str | None, AfterValidator(_valid_gpu_budget), Flag(metavar="BYTES")
+    ] = Field(
+        None,
+        description="with --load-on-demand: the GPU memory loaded models may take on each GPU "
+        "a node declares by its rayton_gpu_<i> resource (20GiB); each GPU model goes to one "
+        "GPU, the one with room, and the least recently used idle models there are unloaded "
+        "to make it",
+    )
     strict_readiness: Annotated[bool, Flag()] = Field(
         True, description="true: /v2/health/ready fails while a model failed to load (as Triton)"
     )
@@ -268,7 +283,8 @@ class ServerAppArgs(BaseModel):
             )
         if self.load_on_demand and self.model_control_mode == "poll":
             raise ValueError("load_on_demand works with model_control_mode none or explicit")
-        if self.memory_budget is not None and not self.load_on_demand:
+        budgets = (self.memory_budget, self.gpu_memory_budget)
+        if any(b is not None for b in budgets) and not self.load_on_demand:
             raise ValueError(
                 "a memory budget unloads models that must load again on their next request: "
                 "it needs load_on_demand (--load-on-demand)"

@@ -87,4 +87,26 @@ def budget_families(usage: BudgetUsage) -> list[Family]:
         loads.add(labels, model.loads)
         evictions.add(labels, model.evictions)
     families = [used, resident, loads, evictions]
-    return [capacity, *families] if usage.capacity_bytes else families
+    if usage.capacity_bytes:
+        families.insert(0, capacity)
+    if usage.gpu_capacity_bytes:
+        families += _gpu_budget_families(usage)
+    return families
+
+
+def _gpu_budget_families(usage: BudgetUsage) -> list[Family]:
+    """The GPU budget (per GPU), what GPU models take on all GPUs, and each resident GPU
+    model's bytes on its GPU (``gpu``: ``<node id>/gpu<i>``)."""
+    capacity = Family("rayton_gpu_memory_budget_bytes", "gauge", "GPU memory budget of each GPU")
+    used = Family(
+        "rayton_gpu_memory_budget_used_bytes", "gauge", "GPU memory the models loaded now take"
+    )
+    resident = Family(
+        "rayton_model_gpu_resident_bytes", "gauge", "GPU memory the model takes on its GPU"
+    )
+    capacity.add({}, usage.gpu_capacity_bytes)
+    used.add({}, usage.gpu_used_bytes)
+    for model in usage.models:
+        if model.resident and model.gpu:
+            resident.add({"model": model.model, "gpu": model.gpu}, model.gpu_bytes)
+    return [capacity, used, resident]

@@ -57,11 +57,16 @@ class ModelMemory(TypedDict):
     footprint_bytes: int
     loads: int
     evictions: int
+    # --gpu-memory-budget, a GPU model: the GPU it counts against (<node id>/gpu<i>), its bytes
+    gpu: NotRequired[str]
+    gpu_bytes: NotRequired[int]
 
 
 class BudgetStatus(TypedDict):
     capacity_bytes: int  # 0: no budget
     used_bytes: int
+    gpu_capacity_bytes: NotRequired[int]  # per GPU, --gpu-memory-budget only
+    gpu_used_bytes: NotRequired[int]
 
 
 class StatusDocument(TypedDict):
@@ -109,17 +114,23 @@ def status_document(
             models[name]["recycled"] = rounds
     document = StatusDocument(repository=repository, model_control_mode=control_mode, models=models)
     if memory is not None:
-        document["memory_budget"] = BudgetStatus(
+        budget = document["memory_budget"] = BudgetStatus(
             capacity_bytes=memory.capacity_bytes, used_bytes=memory.used_bytes
         )
+        if memory.gpu_capacity_bytes:
+            budget["gpu_capacity_bytes"] = memory.gpu_capacity_bytes
+            budget["gpu_used_bytes"] = memory.gpu_used_bytes
         for residency in memory.models:
             if residency.model in models:
-                models[residency.model]["memory"] = ModelMemory(
+                entry = models[residency.model]["memory"] = ModelMemory(
                     resident=residency.resident,
                     footprint_bytes=residency.footprint_bytes,
                     loads=residency.loads,
                     evictions=residency.evictions,
                 )
+                if residency.gpu:
+                    entry["gpu"] = residency.gpu
+                    entry["gpu_bytes"] = residency.gpu_bytes
     return document
 
 
@@ -170,8 +181,15 @@ def _budget_line(document: StatusDocument) -> list[str]:
     if budget is None:
         return []
     if not budget["capacity_bytes"]:
-        return [f"models load on demand; loaded models take {_mib(budget['used_bytes'])}"]
-    return [
-        f"models load on demand; memory budget {_mib(budget['capacity_bytes'])}, "
-        f"{_mib(budget['used_bytes'])} used"
-    ]
+        line = f"models load on demand; loaded models take {_mib(budget['used_bytes'])}"
+    else:
+        line = (
+            f"models load on demand; memory budget {_mib(budget['capacity_bytes'])}, "
+            f"{_mib(budget['used_bytes'])} used"
+        )
+    if "gpu_capacity_bytes" in budget:
+        line += (
+            f"; GPU memory budget {_mib(budget['gpu_capacity_bytes'])} per GPU, "
+            f"{_mib(budget.get('gpu_used_bytes', 0))} used"
+        )
+    return [line]

@@ -1,7 +1,9 @@
 """Models loaded on demand spread over a 3-node ``rayton cluster`` by each node's budget:
 models with replicas of their own (``--cpu-models dedicated``) go to the worker with the most
 room, two per worker under a budget that holds two, none on the head; once both are full the
-least recently used model on the chosen worker makes room. Read back with ``rayton status``.
+least recently used model on the chosen worker makes room. GPU models under a GPU budget that
+holds one per GPU go one to each of the workers' four (logical) GPUs, and the fifth takes the
+GPU of the least recently used. Read back with ``rayton status``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tests.support.processes import ServerProcess, rayton_serve_command, rayton_
 pytestmark = pytest.mark.cluster
 
 MODELS = 5
+GPUS_PER_WORKER = 2
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +33,17 @@ def spread(tmp_path_factory):
     repository = root / "repo"
     for number in range(MODELS):
         write_numbered_model(repository, f"m{number}", number, "onnx", footprint="10MB")
+        write_numbered_model(
+            repository, f"g{number}", 10 + number, footprint="1MB", gpu_footprint="1GB"
+        )
     env = rayton_serve_env(Path(f"/tmp/rt{os.getpid()}s"))
     env["HOME"] = str(root)  # Ray's token file and caches apart from the user's
-    cluster = RaytonCluster(root / "cluster.log", env)
+    cluster = RaytonCluster(root / "cluster.log", env, GPUS_PER_WORKER)
     http_port, grpc_port = free_port(), free_port()
     command = rayton_serve_command(repository, http_port, grpc_port)
     command += ["--address", cluster.address, "--proxy-location", "HeadOnly"]
     command += ["--load-on-demand", "true", "--memory-budget", "25MB"]
-    command += ["--cpu-models", "dedicated"]
+    command += ["--gpu-memory-budget", "1.5GB", "--cpu-models", "dedicated"]
     server = ServerProcess(command, root / "serve.log", env)
     try:
         server.wait_http(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout_s=300)
@@ -84,3 +90,29 @@ def test_models_spread_over_the_workers_by_budget(spread):
     assert sorted(Counter(next(iter(n)) for n in placed.values()).values()) == [2, 2]
     status = rayton_status(url)
     assert status["models"]["m0"]["memory"]["evictions"] == 1
+
+
+def test_gpu_models_go_one_per_gpu_by_the_gpu_budget(spread):
+    cluster, url = spread
+    for number in range(4):
+        assert infer(url, f"g{number}") == 11.0 + number
+    status = rayton_status(url)
+    gpus = {}
+    for number in range(4):
+        model = status["models"][f"g{number}"]
+        (replica,) = model["replicas"]
+        gpus[f"g{number}"] = f"{replica['node_id']}/gpu{replica['cuda_visible_devices']}"
+        assert model["memory"]["gpu"] == gpus[f"g{number}"], model
+        assert model["memory"]["gpu_bytes"] == 1_000_000_000
+    assert len(set(gpus.values())) == 4, gpus  # each on a GPU of its own
+    assert {gpu.split("/")[0] for gpu in gpus.values()} == set(cluster.worker_ids)
+
+    assert infer(url, "g0") == 11.0  # g1 is now the least recently used
+    assert infer(url, "g4") == 15.0  # no GPU has room: g1's makes it
+    status = rayton_status(url)
+    assert status["models"]["g1"]["memory"]["evictions"] == 1
+    assert not status["models"]["g1"]["replicas"]
+    (replica,) = status["models"]["g4"]["replicas"]
+    assert f"{replica['node_id']}/gpu{replica['cuda_visible_devices']}" == gpus["g1"]
+    budget = status["memory_budget"]
+    assert (budget["gpu_capacity_bytes"], budget["gpu_used_bytes"]) == (1_500_000_000, 4 * 10**9)

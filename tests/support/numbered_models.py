@@ -34,7 +34,7 @@ max_batch_size: 8
 dynamic_batching {{ }}
 input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
 output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+instance_group [ {{ kind: {KIND} count: 1 }} ]
 {PARAMETERS}
 """
 
@@ -46,19 +46,24 @@ def write_numbered_model(
     kind: str = "python",
     footprint: str | None = None,
     slow_s: float = 0.0,
+    gpu_footprint: str | None = None,
 ) -> Path:
     """``root/name`` (version 1): a ``kind`` ("python" or "onnx") model answering
-    ``IN + number``; ``footprint`` its declared MEMORY_FOOTPRINT (None: measured)."""
+    ``IN + number``; ``footprint`` its declared MEMORY_FOOTPRINT (None: measured);
+    ``gpu_footprint`` makes it a GPU model (one KIND_GPU instance) declaring that
+    GPU_MEMORY_FOOTPRINT."""
     model_dir = root / name
     (model_dir / "1").mkdir(parents=True)
-    parameters = (
-        f'parameters {{ key: "MEMORY_FOOTPRINT" value: {{ string_value: "{footprint}" }} }}'
-        if footprint
-        else ""
+    declared = {"MEMORY_FOOTPRINT": footprint, "GPU_MEMORY_FOOTPRINT": gpu_footprint}
+    parameters = "\n".join(
+        f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+        for key, value in declared.items()
+        if value
     )
     runtime = 'backend: "python"' if kind == "python" else 'platform: "onnxruntime_onnx"'
+    group = "KIND_GPU" if gpu_footprint else "KIND_CPU"
     (model_dir / "config.pbtxt").write_text(
-        CONFIG.format(NAME=name, RUNTIME=runtime, PARAMETERS=parameters)
+        CONFIG.format(NAME=name, RUNTIME=runtime, PARAMETERS=parameters, KIND=group)
     )
     if kind == "python":
         source = PYTHON_MODEL.replace("{SLOW_S}", repr(slow_s)).replace("{NUMBER}", str(number))

@@ -55,11 +55,15 @@ class Server:
         timeout_s: float = 5.0,
         hosted: bool = True,
         workers: int = 0,
+        gpus_per_worker: int = 0,
+        gpu_budget: str | None = None,
     ) -> None:
-        self.repository = LiveRepository(root)
+        self.repository = LiveRepository(root, list(range(gpus_per_worker)))
         self.replicas = Replicas(hosted)
+        gpus = {"GPU": float(gpus_per_worker)}
+        gpus.update({f"rayton_gpu_{i}": 1.0 for i in range(gpus_per_worker)})
         nodes = [("head", {"memory": 8e9, HEAD_NODE_RESOURCE: 1.0})]
-        nodes += [(f"worker{i}", {"memory": 8e9}) for i in range(1, workers + 1)]
+        nodes += [(f"worker{i}", {"memory": 8e9, **gpus}) for i in range(1, workers + 1)]
         self.batches: list[list[str]] = []
         self.unloaded: list[str] = []
         self.loads = OnDemandLoads(
@@ -72,6 +76,7 @@ class Server:
             timeout_s,
             "head",
             lambda: nodes,
+            gpu_budget,
         )
 
     async def load(self, names: list[str]) -> None:
@@ -185,3 +190,42 @@ async def test_models_with_replicas_of_their_own_spread_over_the_workers_by_room
         "m3": "worker2",
         "m4": "worker1",
     }
+
+
+async def test_gpu_models_go_one_per_gpu_then_the_least_recently_used_makes_room(tmp_path):
+    for number in range(5):
+        write_numbered_model(tmp_path, f"g{number}", number, footprint="1MB", gpu_footprint="1GB")
+    server = Server(
+        tmp_path, budget=None, hosted=False, workers=2, gpus_per_worker=2, gpu_budget="1.5GB"
+    )
+    places = {}
+    for name in ("g0", "g1", "g2", "g3"):
+        assert await server.loads.ensure_loaded(name)
+        places[name] = server.loads.gpu_of(name).slot.key
+    assert sorted(places.values()) == [f"worker{w}/gpu{g}" for w in (1, 2) for g in (0, 1)]
+    assert {server.loads.node_of(n) for n in places} == {"worker1", "worker2"}
+    assert server.loads.gpu_of("g0").share == pytest.approx(1 / 1.5, abs=1e-3)
+    server.use("g0")  # g1 is now the least recently used
+    assert await server.loads.ensure_loaded("g4")
+    assert server.unloaded == ["g1"]
+    assert server.loads.gpu_of("g4").slot.key == places["g1"]
+    usage = await server.loads.usage()
+    assert (usage.gpu_capacity_bytes, usage.gpu_used_bytes) == (1_500_000_000, 4_000_000_000)
+    assert usage.capacity_bytes == 0  # no node budget
+    resident = {m.model: (m.gpu, m.gpu_bytes) for m in usage.models if m.resident}
+    assert resident["g4"] == (places["g1"], 1_000_000_000) and "g1" not in resident
+
+
+async def test_a_gpu_budget_with_no_declared_gpu_answers_why(tmp_path):
+    write_numbered_model(tmp_path, "g0", 0, gpu_footprint="1GB")
+    write_numbered_model(tmp_path, "c0", 1, footprint="1MB")
+    repository = LiveRepository(tmp_path, [0])
+    assert repository.scan("g0").available  # this machine would run it; the cluster has no GPU
+    server = Server(tmp_path, budget=None, hosted=False, workers=1, gpu_budget="1GB")
+    server.repository = repository
+    server.loads.repository = repository
+    with pytest.raises(InferenceServerError) as refused:
+        await server.loads.ensure_loaded("g0")
+    assert refused.value.code == StatusCode.UNAVAILABLE
+    assert "rayton_gpu_<i>" in refused.value.message and "'g0' needs a GPU" in refused.value.message
+    assert await server.loads.ensure_loaded("c0")  # a CPU model is not the GPU budget's

@@ -45,6 +45,7 @@ SERVE_FLAGS = ENDPOINT_FLAGS | {
     "--load-on-demand",
     "--load-on-demand-timeout-secs",
     "--memory-budget",
+    "--gpu-memory-budget",
     "--cache-config",
     "--allow-client-shm",
     "--log-file",
@@ -211,6 +212,15 @@ def test_a_memory_budget_needs_on_demand_loading_and_a_size():
         serve_settings("--load-on-demand", "true", "--memory-budget", "lots")
     with pytest.raises(ValueError, match="none or explicit"):
         serve_settings("--load-on-demand", "true", "--model-control-mode", "poll")
+
+
+def test_a_gpu_memory_budget_is_a_size_per_gpu_and_needs_on_demand_loading():
+    settings = serve_settings("--load-on-demand", "true", "--gpu-memory-budget", "20GiB")
+    assert settings.server.gpu_memory_budget == "20GiB" and settings.server.memory_budget is None
+    with pytest.raises(ValueError, match="needs load_on_demand"):
+        serve_settings("--gpu-memory-budget", "20GiB")
+    with pytest.raises(ValueError, match="does not report a GPU's memory"):
+        serve_settings("--load-on-demand", "true", "--gpu-memory-budget", "50%")
 
 
 def test_serves_proxy_holds_a_request_for_a_model_at_zero_replicas_a_bounded_time():

@@ -1,5 +1,6 @@
 from dataclasses import asdict
 
+from cluster.memory_budget import BudgetUsage, ModelResidency
 from deployments.observability.status import ReplicaInfo, format_status, status_document
 
 INDEX = [
@@ -55,3 +56,30 @@ def test_a_models_traffic_policy_and_recycled_rounds_are_shown_where_set():
     lines = format_status(document).splitlines()
     assert lines[4] == '    traffic {"weights": {"1": 0.0, "2": 100.0}}'
     assert lines[6] == "    replicas recycled 3 times"
+
+
+def test_a_gpu_budget_shows_per_gpu_and_on_each_gpu_model():
+    usage = BudgetUsage(
+        0,
+        2 * 2**20,
+        [
+            ModelResidency("add_sub", True, 2**20, 1, 0, "n1", "n1/gpu1", 3 * 2**20),
+            ModelResidency("broken", False, 2**20, 1, 1, "", "", 0),
+        ],
+        8 * 2**20,
+        3 * 2**20,
+    )
+    document = status_document("/models", "none", INDEX, [], memory=usage)
+    assert document["memory_budget"] == {
+        "capacity_bytes": 0,
+        "used_bytes": 2 * 2**20,
+        "gpu_capacity_bytes": 8 * 2**20,
+        "gpu_used_bytes": 3 * 2**20,
+    }
+    memory = document["models"]["add_sub"]["memory"]
+    assert (memory["gpu"], memory["gpu_bytes"]) == ("n1/gpu1", 3 * 2**20)
+    assert "gpu" not in document["models"]["broken"]["memory"]
+    assert (
+        "models load on demand; loaded models take 2.0 MiB; GPU memory budget 8.0 MiB per GPU, "
+        "3.0 MiB used" in format_status(document)
+    )
