@@ -177,6 +177,12 @@ class OnDemandLoads:
             ) from None
         return self._serves(name)
 
+    async def preload(self, names: list[str]) -> None:
+        """Load ``names`` now (``--load-model`` at start-up), placed by the budgets as a
+        load on demand is, without counting as loads on demand."""
+        async with self._changes:
+            await self._load_batch([n for n in names if not self._serves(n)], on_demand=False)
+
     def _serves(self, name: str) -> bool:
         """Whether ``name`` serves and goes on serving (not being unloaded)."""
         record = self.repository.records.get(name)
@@ -207,7 +213,7 @@ class OnDemandLoads:
                 else:
                     future.set_result(None)
 
-    async def _load_batch(self, names: list[str]) -> None:
+    async def _load_batch(self, names: list[str], on_demand: bool = True) -> None:
         if not names:
             return
         began = time.monotonic()
@@ -219,7 +225,8 @@ class OnDemandLoads:
         await asyncio.gather(self._evict(evict), self._load(names))
         now = time.time()
         logger.info(
-            "loaded on demand: %s in %.2f s (%.2f s finding room; evicted %s)",
+            "loaded %s: %s in %.2f s (%.2f s finding room; evicted %s)",
+            "on demand" if on_demand else "at start-up",
             ", ".join(names),
             time.monotonic() - began,
             room_at - began,
@@ -227,7 +234,8 @@ class OnDemandLoads:
         )
         for name in names:
             if self._serves(name):
-                self._loads[name] = self._loads.get(name, 0) + 1
+                if on_demand:
+                    self._loads[name] = self._loads.get(name, 0) + 1
                 self._loaded_at[name] = now
             else:
                 fingerprint = await asyncio.to_thread(self.repository.fingerprint, name)

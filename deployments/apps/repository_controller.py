@@ -166,8 +166,11 @@ class RepositoryController:
 
     async def _run(self) -> None:
         try:
-            async with self._changes:
-                await self._load_many(self._startup_models())
+            if self._on_demand is not None:  # placed by the memory budgets
+                await self._on_demand.preload(self._startup_models())
+            else:
+                async with self._changes:
+                    await self._load_many(self._startup_models())
         except Exception:
             logger.exception("loading the repository failed")
         self._started = True

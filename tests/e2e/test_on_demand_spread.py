@@ -3,7 +3,8 @@ models with replicas of their own (``--cpu-models dedicated``) go to the worker 
 room, two per worker under a budget that holds two, none on the head; once both are full the
 least recently used model on the chosen worker makes room. GPU models under a GPU budget that
 holds one per GPU go one to each of the workers' four (logical) GPUs, and the fifth takes the
-GPU of the least recently used. Read back with ``rayton status``.
+GPU of the least recently used (one of them loaded at start-up, placed the same way). Read
+back with ``rayton status``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def spread(tmp_path_factory):
     command += ["--address", cluster.address, "--proxy-location", "HeadOnly"]
     command += ["--load-on-demand", "true", "--memory-budget", "25MB"]
     command += ["--gpu-memory-budget", "1.5GB", "--cpu-models", "dedicated"]
+    command += ["--model-control-mode", "explicit", "--load-model", "g0"]  # placed by budget
     server = ServerProcess(command, root / "serve.log", env)
     try:
         server.wait_http(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout_s=300)
@@ -61,12 +63,12 @@ def infer(url: str, model: str) -> float:
 
 
 def nodes_of(url: str) -> dict[str, set[str]]:
-    """Each model with replicas -> the nodes they run on."""
+    """Each CPU model (``m<n>``) with replicas -> the nodes they run on."""
     models = rayton_status(url)["models"]
     return {
         name: {replica["node_id"] for replica in model["replicas"]}
         for name, model in models.items()
-        if model["replicas"]
+        if model["replicas"] and name.startswith("m")
     }
 
 
@@ -105,6 +107,7 @@ def test_gpu_models_go_one_per_gpu_by_the_gpu_budget(spread):
         assert model["memory"]["gpu"] == gpus[f"g{number}"], model
         assert model["memory"]["gpu_bytes"] == 1_000_000_000
     assert len(set(gpus.values())) == 4, gpus  # each on a GPU of its own
+    assert status["models"]["g0"]["memory"]["loads"] == 0  # loaded at start-up
     assert {gpu.split("/")[0] for gpu in gpus.values()} == set(cluster.worker_ids)
 
     assert infer(url, "g0") == 11.0  # g1 is now the least recently used

@@ -229,3 +229,19 @@ async def test_a_gpu_budget_with_no_declared_gpu_answers_why(tmp_path):
     assert refused.value.code == StatusCode.UNAVAILABLE
     assert "rayton_gpu_<i>" in refused.value.message and "'g0' needs a GPU" in refused.value.message
     assert await server.loads.ensure_loaded("c0")  # a CPU model is not the GPU budget's
+
+
+async def test_models_preloaded_at_start_up_are_placed_by_the_budgets_not_counted(tmp_path):
+    for number in range(3):
+        write_numbered_model(tmp_path, f"g{number}", number, footprint="1MB", gpu_footprint="1GB")
+    server = Server(
+        tmp_path, budget="2MB", hosted=False, workers=2, gpus_per_worker=1, gpu_budget="1GB"
+    )
+    await server.loads.preload(["g0", "g1"])
+    assert server.batches == [["g0", "g1"]]
+    places = {server.loads.gpu_of(n).slot.key for n in ("g0", "g1")}
+    assert places == {"worker1/gpu0", "worker2/gpu0"}  # one per GPU, as on demand
+    usage = await server.loads.usage()
+    assert {m.model: m.loads for m in usage.models} == {"g0": 0, "g1": 0}
+    assert await server.loads.ensure_loaded("g2")  # the GPUs are full: the oldest goes
+    assert server.unloaded == ["g0"]
