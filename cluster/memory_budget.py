@@ -219,13 +219,19 @@ def gpu_budget_bytes(setting: str) -> int:
     return size
 
 
-def slot_for(slots: list[GpuSlot], residents: Iterable[Resident], needed: int) -> GpuSlot | None:
+def slot_for(
+    slots: list[GpuSlot],
+    residents: Iterable[Resident],
+    needed: int,
+    pending: dict[str, int] | None = None,
+) -> GpuSlot | None:
     """The GPU a model needing ``needed`` GPU bytes goes to, given the GPU ``residents``
-    (``node`` is their slot's key): the one with the most room where it fits; else the one
-    whose least recently used idle, unpinned model is the oldest (it makes room there); else
-    the one with the most room. None without slots."""
+    (``node`` is their slot's key) and the bytes already given to each slot for models
+    loading with it (``pending``, by slot key): the one with the most room where it fits;
+    else the one whose least recently used idle, unpinned model is the oldest (it makes room
+    there); else the one with the most room. None without slots."""
     residents = list(residents)
-    used: dict[str, int] = {}
+    used: dict[str, int] = dict(pending or {})
     for resident in residents:
         used[resident.node] = used.get(resident.node, 0) + resident.footprint
     room = {slot.key: slot.capacity - used.get(slot.key, 0) for slot in slots}

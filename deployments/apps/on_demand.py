@@ -240,15 +240,14 @@ class OnDemandLoads:
             else:
                 fingerprint = await asyncio.to_thread(self.repository.fingerprint, name)
                 self._failed[name] = fingerprint
-        if self._budgeted:  # measured footprints may exceed the estimates
+        # Measured footprints may exceed the estimates (GPU bytes are not measured: the plan's
+        # estimates stand, and the GPUs need no second look).
+        if self._budget is not None:
+            nodes, _ = await self._budgets()
             residents = await self._residents(set(names))
-            for node in await self._budget_nodes():
+            for node in nodes:
                 here = [r for r in residents if r.node == node.node_id]
                 await self._evict(plan_evictions(here, 0, node.capacity).evict)
-            on_gpus = self._gpu_residents(await self._residents(set(names)))
-            for slot in await self._gpu_slots():
-                here = [r for r in on_gpus if r.node == slot.key]
-                await self._evict(plan_evictions(here, 0, slot.capacity).evict)
 
     # ------------------------------------------------------------------ the budget
 
@@ -256,17 +255,13 @@ class OnDemandLoads:
     def _budgeted(self) -> bool:
         return self._budget is not None or self._gpu_budget is not None
 
-    async def _budget_nodes(self) -> list[BudgetNode]:
-        """Each node's budget (none without ``--memory-budget``)."""
-        if self._budget is None:
-            return []
-        return budget_nodes(self._budget, await asyncio.to_thread(self._live_nodes))
-
-    async def _gpu_slots(self) -> list[GpuSlot]:
-        """Each GPU's budget (none without ``--gpu-memory-budget``)."""
-        if self._gpu_budget is None:
-            return []
-        return gpu_slots(self._gpu_budget, await asyncio.to_thread(self._live_nodes))
+    async def _budgets(self) -> tuple[list[BudgetNode], list[GpuSlot]]:
+        """Each node's budget (none without ``--memory-budget``) and each GPU's (none
+        without ``--gpu-memory-budget``), from one listing of the live nodes."""
+        live = await asyncio.to_thread(self._live_nodes)
+        nodes = budget_nodes(self._budget, live) if self._budget is not None else []
+        slots = gpu_slots(self._gpu_budget, live) if self._gpu_budget is not None else []
+        return nodes, slots
 
     def _gpu_residents(self, residents: list[Resident]) -> list[Resident]:
         """The loaded GPU models as the GPU budget sees them: their GPU bytes, on their GPU
@@ -279,16 +274,15 @@ class OnDemandLoads:
 
     async def _capacity_bytes(self) -> int:
         """The smallest node's budget (what ``usage`` reports)."""
-        nodes = await self._budget_nodes()
+        nodes, _ = await self._budgets()
         return min((node.capacity for node in nodes), default=0)
 
     async def _make_room(self, names: list[str]) -> list[str]:
         """Pick each model's node and the least recently used idle models to unload there so
         ``names`` fit, once the busy ones that must go finished (waited for within the
         timeout)."""
-        nodes = await self._budget_nodes()
+        nodes, slots = await self._budgets()
         capacity = {node.node_id: node.capacity for node in nodes}
-        slots = await self._gpu_slots()
         gpu_capacity = {slot.key: slot.capacity for slot in slots}
         residents = await self._residents(set(names))
         used: dict[str, int] = {}
@@ -300,9 +294,8 @@ class OnDemandLoads:
             for wanted in await self._wanted(name, set()):
                 node = None
                 if wanted.gpu_size:
-                    # What this batch placed so far counts on its GPU, and stays.
-                    placed = [Resident("", n, 0.0, 0, True, key) for key, n in gpu_needed.items()]
-                    slot = slot_for(slots, self._gpu_residents(residents) + placed, wanted.gpu_size)
+                    on_gpus = self._gpu_residents(residents)
+                    slot = slot_for(slots, on_gpus, wanted.gpu_size, gpu_needed)
                     if slot is None:
                         raise InferenceServerError(
                             f"model '{wanted.name}' needs a GPU: {_NO_GPU_SLOTS}",
@@ -392,10 +385,10 @@ class OnDemandLoads:
                 members += await self._wanted(member, seen)
             return members
         config = scan.config
+        on_gpu = self._gpu_budget is not None and gpu_instances(config) > 0
+        if on_gpu:  # its GPU instances all go to one GPU
+            config = on_one_gpu(config, 0)
         try:
-            on_gpu = self._gpu_budget is not None and placement_for(config).uses_gpu
-            if on_gpu:  # its GPU instances all go to one GPU
-                config = on_one_gpu(config, 0)
             placement = placement_for(config)
             gpu_size = declared_footprint(config, GPU_FOOTPRINT_PARAMETER)
         except ValueError:

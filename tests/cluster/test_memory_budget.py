@@ -201,6 +201,8 @@ def test_a_gpu_model_goes_where_it_fits_with_the_most_room():
     ]
     assert slot_for(slots, residents, 4 * MB).key == "w1/gpu1"
     assert slot_for(slots, residents, 7 * MB).key == "w1/gpu1"
+    # Bytes given to a GPU for a model loading in the same batch count there.
+    assert slot_for(slots, residents, 4 * MB, {"w1/gpu1": 3 * MB}).key == "w2/gpu0"
 
 
 def test_when_no_gpu_has_room_the_one_with_the_oldest_idle_model_makes_it():
