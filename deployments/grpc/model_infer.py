@@ -151,13 +151,6 @@ async def _received(
     return request, empty_final
 
 
-async def stream_serialized(target: StreamTarget, message: bytes) -> AsyncIterator[bytes]:
-    """The replies to the stream request in ``message`` (:func:`stream_message`)."""
-    read_start_ns = time.monotonic_ns()
-    async for reply in stream_message(target, parse_infer_request(message), read_start_ns):
-        yield reply
-
-
 async def stream_message(
     target: StreamTarget,
     request_message: pb.ModelInferRequest,
@@ -275,7 +268,7 @@ class RoutedCalls:
 
     async def stream_wire(self, target: StreamTarget, message: bytes) -> AsyncIterator[bytes]:
         """The replies to a serialized stream request the gRPC frontend forwarded through
-        the model's deployment (:func:`stream_serialized`)."""
+        the model's deployment (:func:`stream_message`)."""
         read_start_ns = time.monotonic_ns()
         request = parse_infer_request(message)
         replies = stream_message(target, request, read_start_ns)

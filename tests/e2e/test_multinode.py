@@ -202,6 +202,17 @@ def test_a_model_with_a_cpu_and_a_gpu_group_gets_both(multinode):
     assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) >= 17
 
 
+def _region_tensors(module, region, value: float):
+    """``IN`` (``value``, written into ``region`` first) and ``OUT``, both named by their
+    regions, for ``module`` (tritonclient's http or grpc)."""
+    shm.set_shared_memory_region(region, [np.array([[value]], np.float32)])
+    tensor = module.InferInput("IN", [1, 1], "FP32")
+    tensor.set_shared_memory("mn_in", 4)
+    output = module.InferRequestedOutput("OUT")
+    output.set_shared_memory("mn_out", 4)
+    return tensor, output
+
+
 def test_requests_naming_a_region_are_served_on_the_regions_node(multinode):
     """A region is a file of the head node's /dev/shm (registered through the front, which
     runs there): a request HAProxy gives a worker's replica hops to the head's replica; a
@@ -222,11 +233,7 @@ def test_requests_naming_a_region_are_served_on_the_regions_node(multinode):
         answered = Counter()
         for step in range(24):  # one at a time: each reads what it wrote
             module, client = (httpclient, http) if step % 2 else (grpcclient, grpc)
-            shm.set_shared_memory_region(regions["in"], [np.array([[step]], np.float32)])
-            tensor = module.InferInput("IN", [1, 1], "FP32")
-            tensor.set_shared_memory("mn_in", 4)
-            output = module.InferRequestedOutput("OUT")
-            output.set_shared_memory("mn_out", 4)
+            tensor, output = _region_tensors(module, regions["in"], step)
             client.infer("regional", [tensor], outputs=[output])
             out = shm.get_contents_as_numpy(regions["out"], np.float32, [1, 1])
             assert float(out[0, 0]) == step + 3.0, (step, module.__name__)
@@ -239,11 +246,7 @@ def test_requests_naming_a_region_are_served_on_the_regions_node(multinode):
             try:
                 for step in range(2):
                     value = 100 + 10 * stream_number + step
-                    shm.set_shared_memory_region(regions["in"], [np.array([[value]], np.float32)])
-                    tensor = grpcclient.InferInput("IN", [1, 1], "FP32")
-                    tensor.set_shared_memory("mn_in", 4)
-                    output = grpcclient.InferRequestedOutput("OUT")
-                    output.set_shared_memory("mn_out", 4)
+                    tensor, output = _region_tensors(grpcclient, regions["in"], value)
                     grpc.async_stream_infer("regional", [tensor], outputs=[output])
                     _, error = replies.get(timeout=60)
                     assert error is None, error

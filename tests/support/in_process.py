@@ -15,7 +15,7 @@ from pathlib import Path
 from deployments.core.served_model import ModelMetadata
 from deployments.core.server_core import RepositoryView
 from deployments.core.single_model import SingleModel
-from deployments.grpc.model_infer import infer_serialized, stream_serialized
+from deployments.grpc.model_infer import RoutedCalls, infer_serialized
 from deployments.observability.log_settings import LogSettings, LogSettingsDocument
 from deployments.observability.statistics import ModelStatistics
 from deployments.observability.status import StatusDocument, status_document
@@ -37,6 +37,7 @@ class InProcessRepository:
         self.on_demand = on_demand
         self.models: dict[str, SingleModel] = {}
         self._log_settings = LogSettings()  # kept, not applied: models run in the test process
+        self._routed = RoutedCalls()  # no region hop: one process
 
     # ------------------------------------------------------------------ Repository
 
@@ -136,7 +137,7 @@ class InProcessRepository:
         return await infer_serialized(self._loaded(model).infer, message)
 
     async def infer_wire_stream(self, model: str, message: bytes) -> AsyncIterator[bytes]:
-        async for reply in stream_serialized(self._loaded(model), message):
+        async for reply in self._routed.stream_wire(self._loaded(model), message):
             yield reply
 
     async def metadata(

@@ -21,6 +21,8 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 """
 
 ADDER_MODEL = """\
+import time
+
 import triton_python_backend_utils as pb_utils
 
 
@@ -82,7 +84,7 @@ def write_adder(
     init = (
         'raise ValueError("init exploded")'
         if fail_initialize
-        else f"__import__('time').sleep({initialize_s})"
+        else f"time.sleep({initialize_s})"
     )
     (model_dir / str(version) / "model.py").write_text(
         ADDER_MODEL.format(init=init, offset=offset, scale=scale)

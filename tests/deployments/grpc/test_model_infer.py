@@ -14,7 +14,6 @@ from deployments.grpc.model_infer import (
     RoutedCalls,
     infer_serialized,
     parse_infer_request,
-    stream_serialized,
 )
 from repo_adapter.errors import DecoupledModelError, InferenceServerError, StatusCode
 from repo_adapter.inference_types import InferRequest, InferResponse, InferTensor
@@ -69,7 +68,7 @@ class StreamingDouble:
 async def stream_of(target: StreamingDouble, message: bytes) -> list[pb.ModelStreamInferResponse]:
     return [
         pb.ModelStreamInferResponse.FromString(reply)
-        async for reply in stream_serialized(target, message)
+        async for reply in RoutedCalls().stream_wire(target, message)
     ]
 
 
