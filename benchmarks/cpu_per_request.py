@@ -16,6 +16,10 @@ each level up, then drives it for three measurement windows while reading the CP
 system, from ``/proc``) of every process in the server's process session and of the load
 generator (this process). Prints milliseconds of CPU per request for each role, as a Markdown
 table.
+
+``--client-processes N`` spreads the load over N client processes
+(:mod:`benchmarks.client_processes`), for rates one Python client cannot reach: one window as
+long as the three, counted by the clients, with the CPU of all N as the load generator's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks.client_processes import ClientProcesses
 from benchmarks.models import MODELS, OVERHEAD_MODELS, write_repositories
 from benchmarks.run import parse_level, start_system
 from rayton_perf.config import PerfConfig
@@ -100,16 +105,43 @@ async def measure_level(config: PerfConfig, concurrency: int, session_id: int) -
     client_used = time.process_time() - client_before
     server_after = session_cpu_by_process(session_id)
     requests = result.request_count  # three windows, all of them reported
+    shares, rest = _server_shares(server_before, server_after, requests)
+    shares[CLIENT] = client_used * 1000 / requests
+    return CpuShare(result.throughput, dict(shares), dict(rest))
+
+
+def measure_spread(
+    config: PerfConfig, concurrency: int, session_id: int, processes: int
+) -> CpuShare:
+    """As :func:`measure_level`, with the load spread over ``processes`` client processes."""
+    window_s = config.measurement_interval_ms * 3 / 1000
+    with ClientProcesses(config, concurrency, processes) as clients:
+        time.sleep(config.warmup_s)
+        server_before = session_cpu_by_process(session_id)
+        start = clients.mark()
+        time.sleep(window_s)
+        used = clients.mark() - start
+        server_after = session_cpu_by_process(session_id)
+    if used.requests == 0:
+        raise RuntimeError(f"no request finished in {window_s:g} s")
+    shares, rest = _server_shares(server_before, server_after, used.requests)
+    shares[CLIENT] = used.cpu_s * 1000 / used.requests
+    return CpuShare(used.requests * config.batch_size / used.at, shares, rest)
+
+
+def _server_shares(
+    before: dict[tuple[int, str], float], after: dict[tuple[int, str], float], requests: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each role's CPU per request, and the rest role's process by process."""
     shares: dict[str, float] = defaultdict(float)
     rest: dict[str, float] = defaultdict(float)
-    for key, used in server_after.items():
-        share = (used - server_before.get(key, 0.0)) * 1000 / requests
+    for key, used in after.items():
+        share = (used - before.get(key, 0.0)) * 1000 / requests
         role = role_of(key[1])
         shares[role] += share
         if role == _OTHER:
             rest[key[1][:70]] += share
-    shares[CLIENT] = client_used * 1000 / requests
-    return CpuShare(result.throughput, dict(shares), dict(rest))
+    return shares, rest
 
 
 def render_rest(results: dict[tuple[str, str], CpuShare]) -> str:
@@ -162,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also list the control-plane-and-rest role process by process",
     )
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="spread the load over this many client processes (1: in this process)",
+    )
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--warmup-s", type=float, default=3.0)
     args = parser.parse_args(argv)
@@ -189,7 +227,12 @@ def main(argv: list[str] | None = None) -> int:
                         shared_memory=shared,
                         output_shared_memory_size=1 << 20,
                     )
-                    share = asyncio.run(measure_level(config, concurrency, system.session_id))
+                    if args.client_processes > 1:
+                        share = measure_spread(
+                            config, concurrency, system.session_id, args.client_processes
+                        )
+                    else:
+                        share = asyncio.run(measure_level(config, concurrency, system.session_id))
                     label = f"{model} b={batch} c={concurrency}"
                     if shared != "none":
                         label += f" shm={shared}"

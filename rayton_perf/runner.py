@@ -15,8 +15,9 @@ Library use::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from rayton_perf.client import (
@@ -240,6 +241,29 @@ class Profiler:
         self._raise_if_failed(load, "measurement")
         self._calibrate_recv(load)
         return self._result(mode, concurrency, request_rate, windows, stable)
+
+    @contextlib.asynccontextmanager
+    async def sustained_load(self, concurrency: int) -> AsyncIterator[Load]:
+        """A closed-loop load of ``concurrency`` requests, running until the block ends, with
+        no windows: for callers that measure it themselves (``load.buffer.completed``).
+
+        Raises:
+            PerfError: a request failed (the first error is in the message).
+        """
+        if self.connection is None or self.model is None:
+            raise RuntimeError("Profiler.open() has not been called")
+        if concurrency < 1:
+            raise PerfError("concurrency must be >= 1")
+        streams = concurrency if self.config.streaming else 0
+        pool = ClientPool(self.connection, concurrency, streams)
+        load = self._new_load(pool, concurrency, None, 0)
+        load.start()
+        try:
+            yield load
+        finally:
+            await load.stop(DRAIN_TIMEOUT_S)
+            await pool.close()
+        self._raise_if_failed(load, "measurement")
 
     def _new_load(
         self, pool: ClientPool, concurrency: int | None, rate: float | None, limit: int

@@ -1,10 +1,7 @@
 """``rayton perf`` end to end against the real tritonserver 2.51 (reference harness).
 
-One server per module serves a tiny Python-backend repository written to a temp dir:
-
-* ``ident``: FP32 [4] identity, ``max_batch_size: 8``, dynamic batching;
-* ``ident_nobatch``: the same without batching;
-* ``broken``: fails every request, to check the error path.
+One server per module serves the tiny Python-backend repository of
+:mod:`tests.support.perf_triton` (``ident``, ``ident_nobatch``, ``broken``).
 
 Windows are short (``-p 300..500``, ``--warmup 0.2``) and trials few, so each test stays
 well under 20 s on a 2-core machine.
@@ -12,6 +9,7 @@ well under 20 s on a 2-core machine.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import re
@@ -22,7 +20,8 @@ import pytest
 from benchmarks.cuda_shm_check import cuda_device_present
 from rayton_perf import PerfConfig, PerfError, main, run_level
 from rayton_perf.measure import STABILITY_WINDOWS
-from tests.support.requirements import missing
+from rayton_perf.runner import Profiler
+from tests.support.perf_triton import serving_idents
 
 pytestmark = pytest.mark.reference
 
@@ -35,87 +34,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Short, bounded runs: at most 0.2 s warm-up + 6 windows of 400 ms per level.
 FAST = ["-p", "400", "--warmup", "0.2", "-r", "6", "-s", "50", "--no-progress"]
 
-IDENTITY_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())
-                ]
-            )
-            for r in requests
-        ]
-"""
-
-BROKEN_MODEL = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(error=pb_utils.TritonError("broken on purpose"))
-            for _ in requests
-        ]
-"""
-
-
-def _config(name: str, max_batch_size: int, batching: bool) -> str:
-    text = (
-        f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n'
-        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
-    )
-    if batching:
-        text += "dynamic_batching { max_queue_delay_microseconds: 500 }\n"
-    return text
-
-
-def _write_repository(root: Path) -> Path:
-    models = {
-        "ident": (_config("ident", 8, True), IDENTITY_MODEL),
-        "ident_nobatch": (_config("ident_nobatch", 0, False), IDENTITY_MODEL),
-        "broken": (_config("broken", 8, False), BROKEN_MODEL),
-    }
-    for name, (config, code) in models.items():
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(config)
-        (root / name / "1" / "model.py").write_text(code)
-    return root
-
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory):
     """The reference tritonserver on loopback ports, or a skip saying why not."""
-    try:
-        from tests.reference_triton import (
-            ReferenceTriton,
-            ReferenceTritonError,
-            require_reference_triton,
-        )
-    except ImportError as err:
-        missing(f"reference Triton harness (tests/reference_triton.py) unavailable: {err}")
-    require_reference_triton()
-    repository = _write_repository(tmp_path_factory.mktemp("perf") / "models")
-    server = ReferenceTriton(repository, start_timeout=90)
-    try:
-        server.start()
-    except ReferenceTritonError as err:
-        server.cleanup()
-        missing(f"reference tritonserver could not start: {err}")
-    try:
-        for model in ("ident", "ident_nobatch"):
-            status, _ = server.request("GET", f"/v2/models/{model}/ready")
-            if status != 200:
-                missing(f"reference model {model} not ready:\n{server.log_tail()}")
-        yield server
-    finally:
-        server.cleanup()
+    yield from serving_idents(tmp_path_factory.mktemp("perf"))
 
 
 def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
@@ -251,6 +174,28 @@ async def test_library_request_count_grpc(triton):
     assert result.request_count == 40
     assert result.server is not None and result.server.success_count == 40
     assert result.stable and result.windows == 1
+
+
+async def test_a_sustained_load_runs_until_its_block_ends(triton):
+    config = PerfConfig(model_name="ident", url=triton.http_url, batch_size=2)
+    async with Profiler(config) as profiler:
+        async with profiler.sustained_load(3) as load:
+            await asyncio.sleep(0.5)
+            first = load.buffer.completed
+            await asyncio.sleep(0.5)
+            assert load.buffer.completed > first > 0
+        finished = load.buffer.completed
+        await asyncio.sleep(0.3)
+        assert load.buffer.completed == finished  # nothing more once the block ended
+    assert load.buffer.errors == 0
+
+
+async def test_a_sustained_load_raises_on_failure(triton):
+    config = PerfConfig(model_name="broken", url=triton.http_url)
+    async with Profiler(config) as profiler:
+        with pytest.raises(PerfError, match="broken on purpose"):
+            async with profiler.sustained_load(1):
+                await asyncio.sleep(0.3)
 
 
 def test_batch_size_needs_a_batching_model(triton, capsys):

@@ -81,11 +81,7 @@ def write_adder(
     config = model_dir / "config.pbtxt"
     if not config.exists():
         config.write_text(ADDER_CONFIG.format(delay_us=delay_us))
-    init = (
-        'raise ValueError("init exploded")'
-        if fail_initialize
-        else f"time.sleep({initialize_s})"
-    )
+    init = 'raise ValueError("init exploded")' if fail_initialize else f"time.sleep({initialize_s})"
     (model_dir / str(version) / "model.py").write_text(
         ADDER_MODEL.format(init=init, offset=offset, scale=scale)
     )
