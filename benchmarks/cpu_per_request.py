@@ -1,6 +1,6 @@
 """CPU time per request of each process of a serving system, by role.
 
-``python -m benchmarks.cpu_per_request [--systems rayton,rayton-grpc,triton]
+``python -m benchmarks.cpu_per_request [--systems rayton,rayton-grpc,triton,triton-grpc]
 [--levels mlp:16,mlp:32,cnn:32,mlp:16:8]``
 
 ``--levels copy_native:16,copy_onnx:16`` adds the C-backend overhead pair: a C backend that
@@ -178,7 +178,7 @@ def render(results: dict[tuple[str, str], CpuShare]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--systems", default="rayton,rayton-grpc,triton")
+    parser.add_argument("--systems", default="rayton,rayton-grpc,triton,triton-grpc")
     parser.add_argument(
         "--levels",
         default="mlp:16,mlp:32,cnn:32,mlp:16:8",

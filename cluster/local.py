@@ -13,9 +13,14 @@ from cluster.serve_internals import localhost_resolved_as, token_auth_enabled
 
 # Serve's fast ingress: HAProxy in front, requests straight to replicas, user code on the
 # replica's main loop. Set before Ray starts so the controller and proxies inherit them.
+# Serve's HTTP request metrics (the dashboard's QPS, errors and latency per application) are
+# recorded by the replicas that answer, as rayton's HTTP server keeps Serve's records, instead
+# of by Serve's HAProxy manager parsing a log line per request: the same families for every
+# request a replica answers, at a fraction of the CPU (BENCHMARKS.md, the HAProxy metrics).
 FAST_INGRESS_ENV = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
     "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    "RAY_SERVE_HAPROXY_METRICS_ENABLED": "0",
 }
 # Serve's calls between replicas (gRPC frontend -> model, ensemble steps, BLS) travel over gRPC
 # in throughput mode, with a 4 MiB message limit by default; Triton clients send up to 2 GiB.

@@ -206,6 +206,7 @@ def test_serve_prints_endpoints_and_stops_without_orphans(
         check_model_infer_skipped_the_frontend(server, lines)
         check_generate_stream_through_haproxy(url)
         check_replicas_answer_http_with_rayton_s_server(url)
+        check_serve_request_metrics_come_from_the_replicas(server, ray_tmp, url)
         check_listeners_are_loopback(server, lines, (port, grpc_port))
         # Last: crashes. A python model that ends its stub process fails its request with
         # rayton's answer and serves again; one that takes the shared host down (as native
@@ -379,6 +380,41 @@ def check_replicas_answer_http_with_rayton_s_server(url: str) -> None:
             assert response.headers.get("date") is None, (path, response.headers.items())
     with urllib.request.urlopen(f"http://{url}/-/healthz", timeout=30) as response:
         assert response.status == 200
+
+
+def check_serve_request_metrics_come_from_the_replicas(server, ray_tmp: Path, url: str) -> None:
+    """Serve's per-application HTTP request metrics count the requests replicas answered, with
+    the HAProxy manager's per-request log off (rayton's default): rayton's server records
+    them in the replica."""
+    for _, argv in haproxy_processes(session_pids(server.pid)):
+        config = Path(argv[argv.index("-f") + 1]).read_text()
+        assert "log-format-sd" not in config  # no log line per request for the manager
+    (port_file,) = (ray_tmp / "ray" / "session_latest").glob("metrics_export_port_*")
+    ray_port = int(port_file.read_text())
+    requests = "ray_serve_num_http_requests_total"
+    before = ray_metric_sum(ray_port, requests)
+    with httpclient.InferenceServerClient(url) as client:
+        inputs = [httpclient.InferInput(name, [4], "FP32") for name in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.ones(4, np.float32))
+        for _ in range(5):
+            client.infer("add_sub", inputs)
+    assert wait_until(lambda: ray_metric_sum(ray_port, requests) >= before + 5, 60), (
+        before,
+        ray_metric_sum(ray_port, requests),
+    )
+    assert ray_metric_sum(ray_port, "ray_serve_http_request_latency_ms_count") >= 5
+
+
+def ray_metric_sum(port: int, name: str) -> float:
+    """The sum of every series of ``name`` on a Ray node's metrics export."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+        page = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in page.splitlines()
+        if line.startswith((name + "{", name + " "))
+    )
 
 
 def check_model_infer_skipped_the_frontend(server, lines: list[str]) -> None:
