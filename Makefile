@@ -70,7 +70,8 @@ bench: examples
 
 # CPU per request of each process, per system (see BENCHMARKS.md).
 bench-cpu: examples
-	$(BIN)/python -m benchmarks.cpu_per_request
+	$(BIN)/python -m benchmarks.cpu_per_request --systems triton,triton-grpc,rayton,rayton-grpc \
+		--levels mlp:16,mlp:32,mlp:16:8,mlp:32:8 --client-processes 2
 
 clean:
 	rm -rf $(VENV) .venv-reference $(EXAMPLES) examples/images
