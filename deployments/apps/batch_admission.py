@@ -9,6 +9,8 @@ the Serve wiring; the batcher itself (:mod:`deployments.core.batching`) is Ray-f
 
 from __future__ import annotations
 
+import inspect
+
 from ray import serve
 
 from deployments.core.batching.batcher import Admit, Enqueue
@@ -29,6 +31,9 @@ def serve_batch_admission(name: str, policy: BatchPolicy, enqueue: Enqueue) -> A
 
     # The function name tags Serve's batch metrics on the dashboard.
     admit.__name__ = admit.__qualname__ = f"rayton_batch_{name}"
+    # @serve.batch validates each call's arguments against inspect.signature(admit), which
+    # builds the signature anew unless the function carries one (BENCHMARKS.md, tuning).
+    admit.__signature__ = inspect.signature(admit)
     return serve.batch(
         max_batch_size=policy.max_rows,
         batch_wait_timeout_s=policy.max_queue_delay_us / 1e6,
