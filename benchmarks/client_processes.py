@@ -4,14 +4,14 @@ One Python client process tops out at a rate the reference Triton can exceed on 
 past it the load generator, not the server, sets the rate. Here each process runs
 :meth:`rayton_perf.runner.Profiler.sustained_load` with its share of the concurrency, and the
 parent marks the window's start and end in all of them at once, reading each one's finished
-requests and its own CPU time at both marks.
+requests and its own CPU time at both marks. The processes are spawned, so they import the
+caller's main module: a script using this starts its work under ``if __name__ == "__main__"``.
 
     with ClientProcesses(config, concurrency=32, processes=2) as clients:
         time.sleep(warmup_s)
         start = clients.mark()
         time.sleep(window_s)
-        end = clients.mark()
-    requests, client_cpu_s = end - start
+        window = clients.mark() - start  # a ClientWindow: seconds, requests, cpu_s
 """
 
 from __future__ import annotations
@@ -32,6 +32,15 @@ _STOP = "stop"
 
 
 @dataclasses.dataclass(frozen=True)
+class ClientWindow:
+    """What all client processes did between two marks."""
+
+    seconds: float
+    requests: int
+    cpu_s: float
+
+
+@dataclasses.dataclass(frozen=True)
 class ClientMark:
     """All client processes at one instant: requests finished so far, CPU seconds used."""
 
@@ -39,8 +48,8 @@ class ClientMark:
     requests: int
     cpu_s: float
 
-    def __sub__(self, earlier: ClientMark) -> ClientMark:
-        return ClientMark(
+    def __sub__(self, earlier: ClientMark) -> ClientWindow:
+        return ClientWindow(
             self.at - earlier.at, self.requests - earlier.requests, self.cpu_s - earlier.cpu_s
         )
 

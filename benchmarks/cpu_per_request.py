@@ -120,13 +120,13 @@ def measure_spread(
         server_before = session_cpu_by_process(session_id)
         start = clients.mark()
         time.sleep(window_s)
-        used = clients.mark() - start
+        window = clients.mark() - start
         server_after = session_cpu_by_process(session_id)
-    if used.requests == 0:
+    if window.requests == 0:
         raise RuntimeError(f"no request finished in {window_s:g} s")
-    shares, rest = _server_shares(server_before, server_after, used.requests)
-    shares[CLIENT] = used.cpu_s * 1000 / used.requests
-    return CpuShare(used.requests * config.batch_size / used.at, shares, rest)
+    shares, rest = _server_shares(server_before, server_after, window.requests)
+    shares[CLIENT] = window.cpu_s * 1000 / window.requests
+    return CpuShare(window.requests * config.batch_size / window.seconds, shares, rest)
 
 
 def _server_shares(

@@ -7,7 +7,12 @@ import time
 
 import pytest
 
-from benchmarks.client_processes import ClientMark, ClientProcesses, concurrency_shares
+from benchmarks.client_processes import (
+    ClientMark,
+    ClientProcesses,
+    ClientWindow,
+    concurrency_shares,
+)
 from benchmarks.cpu_per_request import CLIENT, measure_spread
 from rayton_perf import PerfConfig, PerfError
 from tests.support.perf_triton import serving_idents
@@ -28,7 +33,7 @@ def test_concurrency_is_shared_evenly_over_the_processes():
 
 def test_a_mark_minus_an_earlier_one_is_the_window():
     window = ClientMark(12.5, 300, 1.5) - ClientMark(10.0, 100, 1.0)
-    assert window == ClientMark(2.5, 200, 0.5)
+    assert window == ClientWindow(2.5, 200, 0.5)
 
 
 @pytest.mark.reference
@@ -40,7 +45,7 @@ def test_every_process_counts_its_requests_and_its_cpu(triton):
         time.sleep(1.0)
         window = clients.mark() - start
     assert window.requests > 0 and window.cpu_s > 0
-    assert 0.9 < window.at < 1.5
+    assert 0.9 < window.seconds < 1.5
     # every request the clients counted reached the server (and none after the block)
     served = _successes(triton) - before
     assert served >= window.requests
