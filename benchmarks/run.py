@@ -263,9 +263,8 @@ def render(
     grpc = systems.get("rayton-grpc")
     lines: list[str] = ["# Benchmarks", ""]
     # The server's CPU per request leads (issue 27): its own command, kept in headline.md.
-    headline = Path(__file__).with_name("headline.md")
-    if headline.exists():
-        lines += [headline.read_text().rstrip(), "", "## Throughput", ""]
+    headline = Path(__file__).with_name("headline.md").read_text().rstrip()
+    lines += [headline, "", "## Throughput", ""]
     lines += [
         f"Command: `{command}` ({runs} run(s), medians; {elapsed / 60:.1f} min in all).",
         f"Machine: {machine_description()}.",
