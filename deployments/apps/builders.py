@@ -34,12 +34,15 @@ from deployments.apps.metrics_deployment import (
     TritonMetrics,
 )
 from deployments.apps.model_applications import SURGE_PERCENT, model_application
+from deployments.apps.model_deployment import InstanceOptions
 from deployments.apps.repository_access import CONTROLLER_APP_NAME, CONTROLLER_DEPLOYMENT_NAME
 from deployments.apps.repository_controller import RepositoryController
 from deployments.apps.server_args import (
+    DEFAULT_BATCH_ADMISSION,
     DEFAULT_PYTHON_INSTANCES,
     BackendConfig,
     BackendDirectory,
+    BatchAdmission,
     PythonInstances,
     ServerAppArgs,
 )
@@ -72,6 +75,7 @@ class ModelAppArgs(BaseModel):
     # Triton's --http-max-input-size: the largest inference request body this model takes
     http_max_input_size: int = Field(DEFAULT_MAX_INPUT_SIZE, gt=0)
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
+    batch_admission: BatchAdmission = DEFAULT_BATCH_ADMISSION
     backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
     backend_config: BackendConfig = None
 
@@ -196,6 +200,7 @@ def plan_applications(
     http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     nodes: list[dict[str, float]] | None = None,
     python_instances: str = DEFAULT_PYTHON_INSTANCES,
+    batch_admission: str = DEFAULT_BATCH_ADMISSION,
     backend_directory: str = DEFAULT_BACKEND_DIRECTORY,
     backend_config: list[str] | None = None,
 ) -> tuple[list[AppPlan], dict[str, RepositoryModel]]:
@@ -203,7 +208,8 @@ def plan_applications(
 
     ``nodes``: the resources of the nodes it will run on (None: the connected cluster's, if
     any), for the models' placement and the GPUs their configs may name;
-    ``python_instances``: where the python models' instances run (``--python-instances``).
+    ``python_instances``: where the python models' instances run (``--python-instances``);
+    ``batch_admission``: how requests reach a model's batcher (``--batch-admission``).
     """
     if nodes is None:
         nodes = node_resources()
@@ -226,6 +232,8 @@ def plan_applications(
             args["http_max_input_size"] = http_max_input_size
         if python_instances != DEFAULT_PYTHON_INSTANCES:
             args["python_instances"] = python_instances
+        if batch_admission != DEFAULT_BATCH_ADMISSION:
+            args["batch_admission"] = batch_admission
         if backend_directory != DEFAULT_BACKEND_DIRECTORY:
             args["backend_directory"] = backend_directory
         if backend_config:
@@ -257,7 +265,7 @@ def build_model_app(args: ModelAppArgs) -> Application:
         model,
         repository.fingerprint(args.model),
         args.http_max_input_size,
-        python_stubs=args.python_instances == "stub-process",
+        instances=InstanceOptions.from_settings(args.python_instances, args.batch_admission),
     )
 
 

@@ -233,7 +233,7 @@ class TritonModelHost(HttpIngress, ControlledReplica):
                 spec.versions,
                 spec.labels,
                 instances,
-                admission=serve_batch_admission,
+                admission=serve_batch_admission if spec.serve_batch else None,
                 backend_file=spec.backend_file_path(),
                 backend_config=spec.backend_config,
                 cache=model_cache(config, spec.generation, self._cache_store),

@@ -24,7 +24,12 @@ from cluster.resources import node_resources
 from cluster.serve_internals import set_code_version
 from deployments.apps.ensemble_deployment import EnsembleSpec, TritonEnsemble
 from deployments.apps.host_deployment import HOST_DEPLOYMENT_NAME, TritonModelHost, hosted_entry
-from deployments.apps.model_deployment import ModelSpec, TritonModel
+from deployments.apps.model_deployment import (
+    DEFAULT_INSTANCES,
+    InstanceOptions,
+    ModelSpec,
+    TritonModel,
+)
 from deployments.apps.router_deployment import RouterSpec, TritonModelRouter
 from deployments.apps.sequence_directory import routes_sequences, sequence_deployment_options
 from deployments.core.server_core import SERVER_VERSION
@@ -51,7 +56,7 @@ def model_application(
     generation: str = "",
     max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
     nodes: list[dict[str, float]] | None = None,
-    python_stubs: bool = False,
+    instances: InstanceOptions = DEFAULT_INSTANCES,
     traffic: TrafficPolicy | None = None,
     recycle_round: int = 0,
     measure_footprint: bool = False,
@@ -59,7 +64,7 @@ def model_application(
 ) -> Application:
     """The Serve application of one scanned, available model (single model or ensemble) on a
     cluster of ``nodes`` (:func:`cluster.resources.node_resources`; None: ask Ray);
-    ``python_stubs``: a python model's instances run in stub processes of their own;
+    ``instances``: how its replicas run the model's instances;
     ``traffic``: the repository API's traffic policy (None: the config's); ``recycle_round``:
     how many times its replicas were recycled (each round is a new code version, which Serve
     rolls out replica by replica: :mod:`cluster.recycling`); ``measure_footprint``: its replicas
@@ -92,7 +97,7 @@ def model_application(
             TritonModel.options(
                 name=group.name,
                 user_config=_model_spec(
-                    model, group, generation, python_stubs, traffic, measure_footprint
+                    model, group, generation, instances, traffic, measure_footprint
                 ).to_user_config(),
                 **_options(group, surge),
                 **sequences,
@@ -129,7 +134,7 @@ def _model_spec(
     model: RepositoryModel,
     group: ReplicaGroup,
     generation: str,
-    python_stubs: bool,
+    instances: InstanceOptions,
     traffic: TrafficPolicy | None = None,
     measure_footprint: bool = False,
 ) -> ModelSpec:
@@ -140,7 +145,7 @@ def _model_spec(
         generation,
         pinned_gpu=group.pinned_gpu,
         gpu_memory_fraction=group.gpu_memory_fraction,
-        python_stubs=python_stubs,
+        instances=instances,
         traffic=traffic,
         measure_footprint=measure_footprint,
     )
@@ -149,7 +154,7 @@ def _model_spec(
 def _spec(
     model: RepositoryModel,
     generation: str,
-    python_stubs: bool = False,
+    instances: InstanceOptions = DEFAULT_INSTANCES,
     traffic: TrafficPolicy | None = None,
     measure_footprint: bool = False,
 ) -> ModelSpec | EnsembleSpec:
@@ -159,18 +164,18 @@ def _spec(
         )
     # Hosted models run on CPU in the host's process: their first group names the instances.
     group = placement_for(model.config).groups[0]
-    return _model_spec(model, group, generation, python_stubs, traffic, measure_footprint)
+    return _model_spec(model, group, generation, instances, traffic, measure_footprint)
 
 
 def hosted_model_entry(
     model: RepositoryModel,
     generation: str,
-    python_stubs: bool = False,
+    instances: InstanceOptions = DEFAULT_INSTANCES,
     traffic: TrafficPolicy | None = None,
     measure_footprint: bool = False,
 ) -> dict[str, Any]:
     """One model of the shared host's ``user_config``."""
-    return hosted_entry(_spec(model, generation, python_stubs, traffic, measure_footprint))
+    return hosted_entry(_spec(model, generation, instances, traffic, measure_footprint))
 
 
 def host_application(

@@ -264,6 +264,27 @@ def spec_from_user_config(cls: type, data: dict[str, Any]) -> Any:
     return cls(**data)
 
 
+@dataclass(frozen=True)
+class InstanceOptions:
+    """How replicas run their models' instances, as the server was started."""
+
+    python_stubs: bool = False  # python instances run in stub processes of their own
+    # Requests are admitted through ``@serve.batch`` (its batch metrics on the Ray dashboard)
+    # before the batcher's queue; False: straight into the queue (cheaper per request).
+    serve_batch: bool = False
+
+    @classmethod
+    def from_settings(cls, python_instances: str, batch_admission: str) -> InstanceOptions:
+        """From ``--python-instances`` and ``--batch-admission``."""
+        return cls(
+            python_stubs=python_instances == "stub-process",
+            serve_batch=batch_admission == "serve-batch",
+        )
+
+
+DEFAULT_INSTANCES = InstanceOptions()
+
+
 @dataclass
 class ModelSpec:
     """What a replica needs to load a model; plain data so it pickles cheaply."""
@@ -279,6 +300,7 @@ class ModelSpec:
     pinned_gpu: int | None = None  # the GPU index of the node this replica must use
     gpu_memory_fraction: float = 0.0  # its share of the GPU's memory (0: no cap)
     python_stubs: bool = False  # python instances run in stub processes of their own
+    serve_batch: bool = False  # admission through @serve.batch (InstanceOptions)
     # A backend rayton does not have, as scanned: a C/C++ library or a python-based model.py
     backend_file: str = ""
     backend_config: dict[str, str] = field(default_factory=dict)  # that library's settings
@@ -296,7 +318,7 @@ class ModelSpec:
         generation: str = "",
         pinned_gpu: int | None = None,
         gpu_memory_fraction: float = 0.0,
-        python_stubs: bool = False,
+        instances: InstanceOptions = DEFAULT_INSTANCES,
         traffic: TrafficPolicy | None = None,
         measure_footprint: bool = False,
     ) -> ModelSpec:
@@ -312,7 +334,8 @@ class ModelSpec:
             generation=generation,
             pinned_gpu=pinned_gpu,
             gpu_memory_fraction=gpu_memory_fraction,
-            python_stubs=python_stubs,
+            python_stubs=instances.python_stubs,
+            serve_batch=instances.serve_batch,
             backend_file=str(model.backend_file or ""),
             backend_config=dict(model.backend_config),
             traffic=traffic.to_json() if traffic is not None else None,
@@ -386,7 +409,7 @@ class TritonModel(ServedModelDeployment):
                 spec.versions,
                 spec.labels,
                 instance,
-                admission=serve_batch_admission,
+                admission=serve_batch_admission if spec.serve_batch else None,
                 backend_file=spec.backend_file_path(),
                 backend_config=spec.backend_config,
                 cache=model_cache(config, spec.generation, self.cache_store),

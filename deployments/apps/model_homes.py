@@ -40,6 +40,7 @@ from deployments.apps.model_apps import (
     same_states,
     settled,
 )
+from deployments.apps.model_deployment import DEFAULT_INSTANCES, InstanceOptions
 from deployments.core.model_host import HostedSet
 from deployments.core.model_slot import SlotStatus
 from deployments.http.body_limit import DEFAULT_MAX_INPUT_SIZE
@@ -72,11 +73,11 @@ class ModelHome(ABC):
         self,
         apps: ServeModelApps,
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
-        python_stubs: bool = False,
+        instances: InstanceOptions = DEFAULT_INSTANCES,
     ):
         self.apps = apps
         self.max_input_size = max_input_size
-        self.python_stubs = python_stubs  # python instances in stub processes of their own
+        self.instances = instances  # how replicas run the models' instances
         self._held: dict[str, ModelPlacement] = {}  # model -> its placement when deployed
 
     def holds(self, name: str) -> bool:
@@ -144,7 +145,7 @@ class OwnApplication(ModelHome):
                 entry.generation,
                 self.max_input_size,
                 entry.nodes,
-                python_stubs=self.python_stubs,
+                instances=self.instances,
                 traffic=entry.traffic,
                 recycle_round=entry.recycle_round,
                 measure_footprint=entry.measure_footprint,
@@ -249,10 +250,10 @@ class SharedHost(ModelHome):
         apps: ServeModelApps,
         max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
         replicas: int = 1,
-        python_stubs: bool = False,
+        instances: InstanceOptions = DEFAULT_INSTANCES,
         node: str | None = None,
     ):
-        super().__init__(apps, max_input_size, python_stubs)
+        super().__init__(apps, max_input_size, instances)
         self.replicas = replicas
         self.node = node  # where its replicas run (None: Serve's choice)
         self._entries: dict[str, dict[str, Any]] = {}  # the hosted set, by model
@@ -267,7 +268,7 @@ class SharedHost(ModelHome):
             self._entries[entry.model.name] = hosted_model_entry(
                 entry.model,
                 entry.generation,
-                self.python_stubs,
+                self.instances,
                 entry.traffic,
                 entry.measure_footprint,
             )
@@ -323,16 +324,16 @@ class ModelHomes:
         share_cpu_models: bool = True,
         deploys: bool = True,
         host_replicas: int = 1,
-        python_stubs: bool = False,
+        instances: InstanceOptions = DEFAULT_INSTANCES,
         host_node: str | None = None,
     ) -> None:
         """``deploys`` False: a Serve config deploys the models (every model is watched).
-        ``python_stubs``: python model instances run in stub processes of their own.
+        ``instances``: how replicas run the models' instances.
         ``host_node``: the node the shared host's replicas run on (None: Serve's choice)."""
-        self.own = OwnApplication(apps, max_input_size, python_stubs)
-        self.routed = RoutedGroups(apps, max_input_size, python_stubs)
-        self.host = SharedHost(apps, max_input_size, host_replicas, python_stubs, host_node)
-        self.watched = WatchedApplication(apps, max_input_size, python_stubs)
+        self.own = OwnApplication(apps, max_input_size, instances)
+        self.routed = RoutedGroups(apps, max_input_size, instances)
+        self.host = SharedHost(apps, max_input_size, host_replicas, instances, host_node)
+        self.watched = WatchedApplication(apps, max_input_size, instances)
         self._share_cpu_models = share_cpu_models
         self._deploys = deploys
 

@@ -43,6 +43,7 @@ from deployments.apps.handles import broadcast
 from deployments.apps.log_control import LogControl
 from deployments.apps.metrics_deployment import METRICS_APP_NAME, METRICS_DEPLOYMENT_NAME
 from deployments.apps.model_apps import LoadOutcome, ServeModelApps
+from deployments.apps.model_deployment import InstanceOptions
 from deployments.apps.model_homes import ModelHome, ModelHomes, Placed, ReplicaTarget
 from deployments.apps.node_response_cache import NodeCaches
 from deployments.apps.on_demand import OnDemandLoads
@@ -110,7 +111,7 @@ class RepositoryController:
             spec.http_max_input_size,
             share_cpu_models=spec.cpu_models == "shared",
             host_replicas=spec.host_replicas,
-            python_stubs=spec.python_instances == "stub-process",
+            instances=InstanceOptions.from_settings(spec.python_instances, spec.batch_admission),
             deploys=spec.deploy_models,
             # Under a memory budget the hosted models count against the head node's
             host_node=head_node if spec.memory_budget is not None else None,

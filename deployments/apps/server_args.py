@@ -58,6 +58,19 @@ PythonInstances = Annotated[
 ]
 DEFAULT_PYTHON_INSTANCES = "stub-process"
 
+# How requests reach a model's batcher; `rayton build` and `rayton serve` both take it.
+BatchAdmission = Annotated[
+    Literal["direct", "serve-batch"],
+    Field(
+        description="direct: requests go straight into the model's batch queue, which applies "
+        "Triton's dynamic batching rules; serve-batch: through Ray Serve's @serve.batch first "
+        "(its batch size, wait and utilization metrics on the Ray dashboard per model, at "
+        "more CPU per request)"
+    ),
+    Flag(),
+]
+DEFAULT_BATCH_ADMISSION = "direct"
+
 
 def _valid_backend_config(entries: list[str] | None) -> list[str] | None:
     parse_backend_configs(entries or ())  # ValueError names the entry not in the form
@@ -213,6 +226,7 @@ class ServerAppArgs(BaseModel):
         "cores and a request goes on to another replica while one restarts",
     )
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
+    batch_admission: BatchAdmission = DEFAULT_BATCH_ADMISSION
     backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
     backend_config: BackendConfig = None
     cache_config: CacheConfig = None

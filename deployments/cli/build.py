@@ -11,9 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from deployments.apps.builders import plan_applications
 from deployments.apps.serve_config import serve_config, write_serve_config
 from deployments.apps.server_args import (
+    DEFAULT_BATCH_ADMISSION,
     DEFAULT_PYTHON_INSTANCES,
     BackendConfig,
     BackendDirectory,
+    BatchAdmission,
     HttpMaxInputSize,
     PythonInstances,
 )
@@ -35,6 +37,7 @@ class BuildSettings(BaseModel):
     endpoints: Endpoints = Field(default_factory=Endpoints)
     http_max_input_size: HttpMaxInputSize = DEFAULT_MAX_INPUT_SIZE
     python_instances: PythonInstances = DEFAULT_PYTHON_INSTANCES
+    batch_admission: BatchAdmission = DEFAULT_BATCH_ADMISSION
     backend_directory: BackendDirectory = DEFAULT_BACKEND_DIRECTORY
     backend_config: BackendConfig = None
     models: Annotated[list[str] | None, Flag("--load-model", metavar="NAME")] = Field(
@@ -57,6 +60,7 @@ def run(settings: BuildSettings) -> int:
         metrics=endpoints.metrics_app_args(),
         http_max_input_size=settings.http_max_input_size,
         python_instances=settings.python_instances,
+        batch_admission=settings.batch_admission,
         backend_directory=settings.backend_directory,
         backend_config=settings.backend_config,
     )

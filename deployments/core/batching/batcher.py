@@ -1,28 +1,25 @@
 """Triton's dynamic batcher for one model version in one replica.
 
-Requests flow: ``submit`` checks the queue policy -> admission -> :class:`PendingQueue` -> one
-executor task per instance that, whenever the instance is free, takes the next batch the way
-Triton forms it. In a replica the admission stage is ``@serve.batch``
+Requests flow: ``submit`` checks the queue policy -> (an admission stage, if given) ->
+:class:`PendingQueue` -> one executor task per instance that, whenever the instance is free,
+takes the next batch the way Triton forms it: in arrival order, never mixing shapes, cutting
+at preferred sizes, with timeouts and priorities, and the delay counted from each request's
+arrival. An executor waiting for a batch to fill is woken only by an arrival that may make one
+ready sooner (:meth:`PendingQueue.add`): waking it on every arrival cost more than the
+batching saved (BENCHMARKS.md, "Tuning: kept and rejected").
+
+By default requests go straight into the queue (``rayton serve --batch-admission direct``).
+``--batch-admission serve-batch`` puts ``@serve.batch`` in front as the admission stage
 (:mod:`deployments.apps.batch_admission`: counts rows with ``batch_size_fn``, caps a batch at
 ``max_batch_size`` rows, feeds the dashboard's batch metrics); it is passed in, so this module
-stays Ray-free and runs in unit tests without it (requests then go straight to the queue).
-
-The admission window is ``max_queue_delay_microseconds`` (Serve's ``batch_wait_timeout_s``);
-a full row budget closes it early. Serve's measured gap is closed around it rather than
-inside it: Serve forms batches eagerly (it closes the next batch while the previous one still
-runs), so under load it hands the model many one-request batches. Admitted requests
-therefore wait in the pending queue, and the executor merges them up to the row budget only
-when the instance is free: in arrival order, never mixing shapes, cutting at preferred
-sizes, with timeouts and priorities, and the delay counted from each request's arrival.
+stays Ray-free. Serve forms its batches eagerly (it closes the next batch while the previous
+one still runs), so under load it hands on many one-request batches: admitted requests still
+wait in the pending queue, and the executor merges them when the instance is free.
 
 Where each batch runs (inline on the loop, or on the instance's own thread, which then takes
 its next batches itself under the same rule and the queue's lock) is the scheduler's
 (:mod:`deployments.core.batching.scheduling`); finished batches are handed back to the loop,
 which alone resolves callers and records statistics.
-
-Admission keeps Serve's window rather than a zero window with the delay applied only by the
-pending queue (Triton's exact timing): every arrival would wake the executor (BENCHMARKS.md,
-"Tuning: kept and rejected").
 """
 
 from __future__ import annotations
@@ -94,11 +91,15 @@ class _SharedQueue:
         with self._lock:
             self._count_out(items)
 
-    def add(self, items: list[PendingRequest]) -> None:
+    def add(self, items: list[PendingRequest]) -> bool:
+        """Queue ``items``; whether a batch may be ready sooner than before (see
+        :meth:`PendingQueue.add`)."""
+        sooner = False
         with self._lock:
             for item in items:
                 item.enqueued = True
-                self._pending.add(item)
+                sooner = self._pending.add(item) or sooner
+        return sooner
 
     def take(self) -> BatchDecision:
         """The next batch by Triton's rule, out of the queue; any thread."""
@@ -148,7 +149,9 @@ class DynamicBatcher:
         self._scheduler = scheduler or InstanceScheduler()
         self._results = _BatchResults(name, statistics)
         self._queue = _SharedQueue(policy)
-        self._wakeup: asyncio.Event | None = None
+        # Executors waiting for a batch to become ready, woken by an arrival that may make
+        # one ready sooner (each arrival waking them costs more than the batching saves).
+        self._waiting: list[asyncio.Future[None]] = []
         self._executor_tasks: list[asyncio.Task] = []
         self._admit: Admit | None = None
         if admission is not None and policy.batches_rows:
@@ -194,30 +197,40 @@ class DynamicBatcher:
             return
         for task in self._executor_tasks:
             task.cancel()
-        self._wakeup = asyncio.Event()
         self._executor_tasks = [
             asyncio.create_task(self._run_executor(instance), name=f"rayton-executor-{self.name}")
             for instance in self._instances
         ]
 
     def _enqueue(self, items: list[PendingRequest]) -> None:
-        self._queue.add(items)
-        assert self._wakeup is not None
-        self._wakeup.set()
+        if self._queue.add(items):
+            for waiter in self._waiting:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop, wait_until: float | None) -> None:
+        """Until an arrival may make a batch ready, or ``wait_until`` (monotonic seconds)."""
+        waiter = loop.create_future()
+        timer = None
+        if wait_until is not None:
+            timer = loop.call_later(max(wait_until - time.monotonic(), 0.0), _wake, waiter)
+        self._waiting.append(waiter)
+        try:
+            await waiter
+        finally:
+            self._waiting.remove(waiter)
+            if timer is not None:
+                timer.cancel()
 
     async def _run_executor(self, instance: ModelInstance) -> None:
-        assert self._wakeup is not None
-        chain = _InstanceChain(self._queue, self._results, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        chain = _InstanceChain(self._queue, self._results, loop)
         run = self._scheduler.runner_for(instance)
         while True:
             decision = self._queue.take()
             requests = chain.take(decision)
             if not decision.batch:
-                self._wakeup.clear()
-                wait_until = decision.wait_until
-                timeout = None if wait_until is None else wait_until - time.monotonic()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                await self._wait(loop, decision.wait_until)
                 continue
             if requests:
                 await run(requests, chain)
@@ -391,6 +404,11 @@ def _trace_executed(
 def _failed(result: InferResponse | BaseException) -> bool:
     # A model's per-request error response still came from a successful execution.
     return isinstance(result, BaseException) and not isinstance(result, ModelResponseError)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _resolve(item: PendingRequest, result: InferResponse | BaseException) -> None:

@@ -55,12 +55,37 @@ class PendingQueue:
         self.policy = policy
         self._levels: dict[int, deque[PendingRequest]] = {}
         self._delayed: deque[PendingRequest] = deque()  # timed out under the DELAY action
+        self._rows = 0  # rows of every queued request
+        # Queued rows from which a batch may be ready before its delay ends.
+        ready_rows = [policy.max_rows, *policy.preferred_rows]
+        self._ready_rows = min(rows for rows in ready_rows if rows > 0) if policy.max_rows else 1
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._levels.values()) + len(self._delayed)
 
-    def add(self, item: PendingRequest) -> None:
+    def add(self, item: PendingRequest) -> bool:
+        """Queue ``item``. Returns whether the next batch may now be ready earlier than it was
+        before ``item`` came (an executor waiting on the delay should look again): the first
+        request starts the delay, and so does anything that can close a batch early (enough
+        rows, another shape or priority than the head's, a timeout of its own)."""
+        head = self._head()
         self._levels.setdefault(item.level, deque()).append(item)
+        self._rows += item.rows
+        return (
+            head is None
+            or not self.policy.batches_rows
+            or self.policy.max_queue_delay_us == 0
+            or self._rows >= self._ready_rows
+            or item.deadline is not None
+            or item.key != head.key
+            or item.level != head.level
+        )
+
+    def _head(self) -> PendingRequest | None:
+        for queue in self._ordered():
+            if queue:
+                return queue[0]
+        return None
 
     def _ordered(self) -> list[deque[PendingRequest]]:
         return [self._levels[level] for level in sorted(self._levels)] + [self._delayed]
@@ -115,12 +140,15 @@ class PendingQueue:
     def _pop_first(self) -> PendingRequest | None:
         for queue in self._ordered():
             if queue:
-                return queue.popleft()
+                item = queue.popleft()
+                self._rows -= item.rows
+                return item
         return None
 
     def _remove(self, batch: list[PendingRequest]) -> None:
         # Batches are always a prefix of the ordered queues, so popping from the left suffices.
         remaining = len(batch)
+        self._rows -= sum(item.rows for item in batch)
         for queue in self._ordered():
             while remaining and queue:
                 queue.popleft()
@@ -141,6 +169,7 @@ class PendingQueue:
                     self._delayed.append(item)
                 else:
                     rejected.append(item)
+                    self._rows -= item.rows
             self._levels[level] = kept
         return rejected
 
@@ -149,6 +178,7 @@ class PendingQueue:
         items = [item for queue in self._ordered() for item in queue]
         self._levels.clear()
         self._delayed.clear()
+        self._rows = 0
         return items
 
 

@@ -22,6 +22,7 @@ ENDPOINT_FLAGS = {
     "--grpc-host",
     "--http-max-input-size",
     "--python-instances",
+    "--batch-admission",
     "--backend-directory",
     "--backend-config",
     "--metrics-port",

@@ -450,3 +450,30 @@ async def test_requests_cancelled_or_timed_out_while_the_thread_was_busy_never_e
     failures = statistics.metrics_entry()["failures"]
     assert failures["CANCELED"] == 1 and failures["REJECTED"] == 1
     await run.close()
+
+
+async def test_a_batch_that_fills_up_runs_before_its_delay_ends():
+    model = Model()
+    run, _ = batcher(model, policy("dynamic_batching { max_queue_delay_microseconds: 5000000 }"))
+    started = asyncio.get_running_loop().time()
+    first = [asyncio.ensure_future(run.submit(request(1), 1)) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    assert model.executions == []  # 3 of 8 rows: waiting for the 5 s delay
+    await asyncio.gather(*first, run.submit(request(5), 5))
+    assert model.executions == [[1, 1, 1, 5]]
+    assert asyncio.get_running_loop().time() - started < 1.0
+    await run.close()
+
+
+async def test_a_request_of_another_shape_closes_the_waiting_batch():
+    model = Model()
+    run, _ = batcher(model, policy("dynamic_batching { max_queue_delay_microseconds: 5000000 }"))
+    waiting = asyncio.ensure_future(run.submit(request(2), 2))
+    await asyncio.sleep(0.05)
+    # "IN" has a variable dimension in the test config: its shape keys the batch
+    wide = InferRequest("m", [InferTensor("IN", "FP32", np.zeros((1, 3), np.float32))])
+    other = asyncio.ensure_future(run.submit(wide, 1))
+    await asyncio.wait_for(waiting, 1.0)
+    assert model.executions[0] == [2]
+    other.cancel()
+    await run.close()

@@ -140,3 +140,26 @@ def test_max_batch_size_zero_means_one_request_per_execution():
     config.dynamic_batching.SetInParent()
     policy = BatchPolicy.from_config(config)
     assert not policy.batches_rows
+
+
+def test_an_arrival_says_whether_a_batch_may_be_ready_sooner():
+    policy = make_policy(
+        "max_batch_size: 8 dynamic_batching "
+        "{ max_queue_delay_microseconds: 2000 preferred_batch_size: [4] }"
+    )
+    queue = PendingQueue(policy)
+    assert queue.add(item(policy, 1))  # the first request starts the delay
+    assert not queue.add(item(policy, 1))  # 2 rows: nothing can close the batch yet
+    assert not queue.add(item(policy, 1))
+    assert queue.add(item(policy, 1))  # 4 rows: the preferred size
+    assert rows_of(queue.next_batch(0).batch) == [1, 1, 1, 1]
+    assert queue.add(item(policy, 1))  # empty again
+    assert queue.add(item(policy, 1, width=5))  # another shape closes the batch
+    assert rows_of(queue.next_batch(0).batch) == [1]
+    assert queue.add(item(policy, 1, deadline=0.5))  # its own timeout may come first
+
+
+def test_without_a_delay_every_arrival_may_make_a_batch():
+    policy = make_policy("max_batch_size: 8 dynamic_batching { }")
+    queue = PendingQueue(policy)
+    assert queue.add(item(policy, 1)) and queue.add(item(policy, 1))
