@@ -78,6 +78,17 @@ def session_cpu_by_process(session_id: int) -> dict[tuple[int, str], float]:
     return used
 
 
+def used_between(
+    before: dict[tuple[int, str], float], after: dict[tuple[int, str], float]
+) -> dict[tuple[int, str], float]:
+    """CPU seconds each process of ``after`` used since ``before``, matched by pid: a Ray
+    worker's command line is its title, which names the method it is running at the moment
+    (``ray::ServeController`` one reading, ``ray::ServeController.listen_for_change`` the next),
+    and a process matched by command line would count its whole life in the window."""
+    earlier = {pid: used for (pid, _), used in before.items()}
+    return {key: used - earlier.get(key[0], 0.0) for key, used in after.items()}
+
+
 def session_cpu_by_role(session_id: int) -> dict[str, float]:
     """CPU seconds used so far by the live processes of a session, summed per role."""
     totals: dict[str, float] = defaultdict(float)
@@ -135,8 +146,8 @@ def _server_shares(
     """Each role's CPU per request, and the rest role's process by process."""
     shares: dict[str, float] = defaultdict(float)
     rest: dict[str, float] = defaultdict(float)
-    for key, used in after.items():
-        share = (used - before.get(key, 0.0)) * 1000 / requests
+    for key, used in used_between(before, after).items():
+        share = used * 1000 / requests
         role = role_of(key[1])
         shares[role] += share
         if role == _OTHER:

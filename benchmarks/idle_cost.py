@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.cpu_per_request import session_cpu_by_process
+from benchmarks.cpu_per_request import session_cpu_by_process, used_between
 from benchmarks.models import write_repositories
 from benchmarks.run import start_system
 
@@ -25,9 +25,7 @@ def idle_shares(
     before: dict[tuple[int, str], float], after: dict[tuple[int, str], float], window_s: float
 ) -> list[tuple[float, str]]:
     """Percent of a core each process used between two readings, most first."""
-    shares = [
-        ((used - before.get(key, 0.0)) * 100 / window_s, key[1]) for key, used in after.items()
-    ]
+    shares = [(used * 100 / window_s, key[1]) for key, used in used_between(before, after).items()]
     return sorted(shares, reverse=True)
 
 

@@ -81,3 +81,22 @@ def test_idle_shares_are_percent_of_a_core_per_process_most_first():
     shares = idle_shares(before, after, 30.0)
     assert [command for _, command in shares] == ["ray::ServeController", "new", "gcs_server"]
     assert [round(share, 6) for share, _ in shares] == [10.0, 2.0, 1.0]
+
+
+def test_a_process_whose_title_changed_counts_only_the_window():
+    from benchmarks.cpu_per_request import _server_shares
+    from benchmarks.idle_cost import idle_shares
+
+    # Ray titles a worker after the method it runs at the moment of reading.
+    before = {(7, "ray::ServeController"): 40.0, (8, "ray::ServeReplica:mlp:mlp"): 10.0}
+    after = {
+        (7, "ray::ServeController.listen_for_change"): 40.5,
+        (8, "ray::ServeReplica:mlp:mlp"): 11.0,
+    }
+    shares, rest = _server_shares(before, after, 1000)
+    assert round(shares["Ray / Serve control plane and the rest"], 6) == 0.5
+    assert round(shares["model replica"], 6) == 1.0
+    assert {k: round(v, 6) for k, v in rest.items()} == {
+        "ray::ServeController.listen_for_change": 0.5
+    }
+    assert [round(share, 6) for share, _ in idle_shares(before, after, 10.0)] == [10.0, 5.0]
