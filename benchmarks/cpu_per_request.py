@@ -17,6 +17,12 @@ system, from ``/proc``) of every process in the server's process session and of 
 generator (this process). Prints milliseconds of CPU per request for each role, as a Markdown
 table.
 
+``--alternate ROUNDS`` starts every system's server at once and, at each level, measures the
+systems in turn ROUNDS times, so that a drift in the machine's speed (minutes long on a shared
+VM) falls on all of them alike; each system's figures sum its windows. The servers not being
+measured idle meanwhile (rayton's at a fifth to a third of a core), which costs the measured
+one throughput but not CPU per request.
+
 ``--client-processes N`` spreads the load over N client processes
 (:mod:`benchmarks.client_processes`), for rates one Python client cannot reach: one window as
 long as the three, counted by the clients, with the CPU of all N as the load generator's.
@@ -32,11 +38,12 @@ import os
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.client_processes import ClientProcesses
 from benchmarks.models import MODELS, OVERHEAD_MODELS, write_repositories
-from benchmarks.run import parse_level, start_system
+from benchmarks.run import RunningSystem, parse_level, start_system
 from rayton_perf.config import PerfConfig
 from rayton_perf.runner import run_level
 from tests.support.processes import session_pids, stat_fields
@@ -105,6 +112,27 @@ class CpuShare:
     throughput: float
     ms_per_request: dict[str, float]
     by_rest_process: dict[str, float] = dataclasses.field(default_factory=dict)
+    requests: int = 0  # the requests the figures are per
+
+
+def combined(windows: list[CpuShare]) -> CpuShare:
+    """Several windows of one system at one level as one: each role's CPU over all their
+    requests, and their mean rate."""
+    requests = sum(window.requests for window in windows)
+
+    def per_request(pick: Callable[[CpuShare], dict[str, float]]) -> dict[str, float]:
+        totals: dict[str, float] = defaultdict(float)
+        for window in windows:
+            for name, share in pick(window).items():
+                totals[name] += share * window.requests
+        return {name: total / requests for name, total in totals.items()}
+
+    return CpuShare(
+        sum(window.throughput for window in windows) / len(windows),
+        per_request(lambda window: window.ms_per_request),
+        per_request(lambda window: window.by_rest_process),
+        requests,
+    )
 
 
 async def measure_level(config: PerfConfig, concurrency: int, session_id: int) -> CpuShare:
@@ -118,7 +146,7 @@ async def measure_level(config: PerfConfig, concurrency: int, session_id: int) -
     requests = result.request_count  # three windows, all of them reported
     shares, rest = _server_shares(server_before, server_after, requests)
     shares[CLIENT] = client_used * 1000 / requests
-    return CpuShare(result.throughput, dict(shares), dict(rest))
+    return CpuShare(result.throughput, dict(shares), dict(rest), requests)
 
 
 def measure_spread(
@@ -137,7 +165,8 @@ def measure_spread(
         raise RuntimeError(f"no request finished in {window_s:g} s")
     shares, rest = _server_shares(server_before, server_after, window.requests)
     shares[CLIENT] = window.cpu_s * 1000 / window.requests
-    return CpuShare(window.requests * config.batch_size / window.seconds, shares, rest)
+    rate = window.requests * config.batch_size / window.seconds
+    return CpuShare(rate, shares, rest, window.requests)
 
 
 def _server_shares(
@@ -187,6 +216,70 @@ def render(results: dict[tuple[str, str], CpuShare]) -> str:
     return "\n".join(lines)
 
 
+Case = tuple[tuple[str, int, int], str]  # (model, concurrency, rows per request), shared memory
+
+
+def measure_case(
+    name: str, url: str, session_id: int, case: Case, args: argparse.Namespace
+) -> tuple[str, CpuShare]:
+    """One window (three with one client process) of system ``name`` at ``url``: the level's
+    label and its CPU per request."""
+    (model, concurrency, batch), shared = case
+    config = PerfConfig(
+        model_name=model,
+        url=url,
+        protocol="grpc" if name.endswith("grpc") else "http",
+        batch_size=batch,
+        measurement_interval_ms=args.window_ms,
+        warmup_s=args.warmup_s,
+        shared_memory=shared,
+        output_shared_memory_size=1 << 20,
+    )
+    if args.client_processes > 1:
+        share = measure_spread(config, concurrency, session_id, args.client_processes)
+    else:
+        share = asyncio.run(measure_level(config, concurrency, session_id))
+    label = f"{model} b={batch} c={concurrency}"
+    if shared != "none":
+        label += f" shm={shared}"
+    return label, share
+
+
+def measure_alternating(
+    systems: list[str],
+    cases: list[Case],
+    repos: dict[str, Path],
+    logs: Path,
+    args: argparse.Namespace,
+) -> dict[tuple[str, str], CpuShare]:
+    """Every server up at once (``name`` and ``name-grpc`` share one), and at each level the
+    systems measured in turn, ``args.alternate`` times: a drift in the machine's speed then
+    falls on every system alike. Each system's figures sum its windows."""
+    servers: dict[str, RunningSystem] = {}
+    results: dict[tuple[str, str], CpuShare] = {}
+    try:
+        for name in systems:
+            base = name.removesuffix("-grpc")
+            if base not in servers:
+                servers[base] = start_system(base, repos, logs)
+        for case in cases:
+            windows: dict[str, list[CpuShare]] = defaultdict(list)
+            label = ""
+            for _ in range(args.alternate):
+                for name in systems:
+                    server = servers[name.removesuffix("-grpc")]
+                    url = server.grpc_url if name.endswith("-grpc") else server.url
+                    label, share = measure_case(name, url, server.session_id, case, args)
+                    windows[name].append(share)
+            for name in systems:
+                results[(name, label)] = share = combined(windows[name])
+                print(f"  {name} {label}: {share.throughput:.0f} infer/s", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--systems", default="rayton,rayton-grpc,triton,triton-grpc")
@@ -211,10 +304,21 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="spread the load over this many client processes (1: in this process)",
     )
+    parser.add_argument(
+        "--alternate",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="start every system's server at once and measure the systems in turn at each "
+        "level, ROUNDS times, summing each system's windows (the other servers idle "
+        "meanwhile: their rates are not comparable, their CPU per request is)",
+    )
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--warmup-s", type=float, default=3.0)
     args = parser.parse_args(argv)
     levels = [parse_level(item) for item in args.levels.split(",")]
+    systems = args.systems.split(",")
+    cases = list(itertools.product(levels, args.shared_memory.split(",")))
     results: dict[tuple[str, str], CpuShare] = {}
     with tempfile.TemporaryDirectory(prefix="rayton-cpu-") as tmp:
         root = Path(tmp)
@@ -222,35 +326,18 @@ def main(argv: list[str] | None = None) -> int:
         extra = tuple(m for m in OVERHEAD_MODELS if m.name in asked)
         rayton_repo, reference_repo = write_repositories(root, MODELS + extra)
         repos = {"rayton": rayton_repo, "reference": reference_repo}
-        for name in args.systems.split(","):
-            system = start_system(name, repos, root)
-            try:
-                for (model, concurrency, batch), shared in itertools.product(
-                    levels, args.shared_memory.split(",")
-                ):
-                    config = PerfConfig(
-                        model_name=model,
-                        url=system.url,
-                        protocol="grpc" if name.endswith("grpc") else "http",
-                        batch_size=batch,
-                        measurement_interval_ms=args.window_ms,
-                        warmup_s=args.warmup_s,
-                        shared_memory=shared,
-                        output_shared_memory_size=1 << 20,
-                    )
-                    if args.client_processes > 1:
-                        share = measure_spread(
-                            config, concurrency, system.session_id, args.client_processes
-                        )
-                    else:
-                        share = asyncio.run(measure_level(config, concurrency, system.session_id))
-                    label = f"{model} b={batch} c={concurrency}"
-                    if shared != "none":
-                        label += f" shm={shared}"
-                    results[(name, label)] = share
-                    print(f"  {name} {label}: {share.throughput:.0f} infer/s", flush=True)
-            finally:
-                system.stop()
+        if args.alternate:
+            results = measure_alternating(systems, cases, repos, root, args)
+        else:
+            for name in systems:
+                system = start_system(name, repos, root)
+                try:
+                    for case in cases:
+                        label, share = measure_case(name, system.url, system.session_id, case, args)
+                        results[(name, label)] = share
+                        print(f"  {name} {label}: {share.throughput:.0f} infer/s", flush=True)
+                finally:
+                    system.stop()
     print(render(results))
     if args.rest_by_process:
         print(render_rest(results))

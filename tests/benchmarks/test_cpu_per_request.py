@@ -100,3 +100,14 @@ def test_a_process_whose_title_changed_counts_only_the_window():
         "ray::ServeController.listen_for_change": 0.5
     }
     assert [round(share, 6) for share, _ in idle_shares(before, after, 10.0)] == [10.0, 5.0]
+
+
+def test_windows_combine_per_request_over_all_their_requests():
+    from benchmarks.cpu_per_request import combined
+
+    first = CpuShare(100.0, {"model replica": 1.0, CLIENT: 0.5}, {"gcs": 0.1}, requests=300)
+    second = CpuShare(200.0, {"model replica": 2.0, "HAProxy": 0.2}, {}, requests=100)
+    both = combined([first, second])
+    assert both.requests == 400 and both.throughput == 150.0
+    assert both.ms_per_request == {"model replica": 1.25, CLIENT: 0.375, "HAProxy": 0.05}
+    assert both.by_rest_process == {"gcs": 0.075}
