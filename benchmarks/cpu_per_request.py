@@ -219,11 +219,16 @@ def render(results: dict[tuple[str, str], CpuShare]) -> str:
 Case = tuple[tuple[str, int, int], str]  # (model, concurrency, rows per request), shared memory
 
 
+def case_label(case: Case) -> str:
+    (model, concurrency, batch), shared = case
+    label = f"{model} b={batch} c={concurrency}"
+    return label if shared == "none" else f"{label} shm={shared}"
+
+
 def measure_case(
     name: str, url: str, session_id: int, case: Case, args: argparse.Namespace
-) -> tuple[str, CpuShare]:
-    """One window (three with one client process) of system ``name`` at ``url``: the level's
-    label and its CPU per request."""
+) -> CpuShare:
+    """One window (three with one client process) of system ``name`` at ``url``."""
     (model, concurrency, batch), shared = case
     config = PerfConfig(
         model_name=model,
@@ -236,13 +241,8 @@ def measure_case(
         output_shared_memory_size=1 << 20,
     )
     if args.client_processes > 1:
-        share = measure_spread(config, concurrency, session_id, args.client_processes)
-    else:
-        share = asyncio.run(measure_level(config, concurrency, session_id))
-    label = f"{model} b={batch} c={concurrency}"
-    if shared != "none":
-        label += f" shm={shared}"
-    return label, share
+        return measure_spread(config, concurrency, session_id, args.client_processes)
+    return asyncio.run(measure_level(config, concurrency, session_id))
 
 
 def measure_alternating(
@@ -264,16 +264,15 @@ def measure_alternating(
                 servers[base] = start_system(base, repos, logs)
         for case in cases:
             windows: dict[str, list[CpuShare]] = defaultdict(list)
-            label = ""
             for _ in range(args.alternate):
                 for name in systems:
                     server = servers[name.removesuffix("-grpc")]
                     url = server.grpc_url if name.endswith("-grpc") else server.url
-                    label, share = measure_case(name, url, server.session_id, case, args)
-                    windows[name].append(share)
+                    windows[name].append(measure_case(name, url, server.session_id, case, args))
             for name in systems:
-                results[(name, label)] = share = combined(windows[name])
-                print(f"  {name} {label}: {share.throughput:.0f} infer/s", flush=True)
+                share = combined(windows[name])
+                results[(name, case_label(case))] = share
+                print(f"  {name} {case_label(case)}: {share.throughput:.0f} infer/s", flush=True)
     finally:
         for server in servers.values():
             server.stop()
@@ -333,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                 system = start_system(name, repos, root)
                 try:
                     for case in cases:
-                        label, share = measure_case(name, system.url, system.session_id, case, args)
+                        share = measure_case(name, system.url, system.session_id, case, args)
+                        label = case_label(case)
                         results[(name, label)] = share
                         print(f"  {name} {label}: {share.throughput:.0f} infer/s", flush=True)
                 finally:

@@ -205,8 +205,7 @@ class DynamicBatcher:
     def _enqueue(self, items: list[PendingRequest]) -> None:
         if self._queue.add(items):
             for waiter in self._waiting:
-                if not waiter.done():
-                    waiter.set_result(None)
+                _wake(waiter)
 
     async def _wait(self, loop: asyncio.AbstractEventLoop, wait_until: float | None) -> None:
         """Until an arrival may make a batch ready, or ``wait_until`` (monotonic seconds)."""

@@ -68,15 +68,18 @@ class PendingQueue:
         before ``item`` came (an executor waiting on the delay should look again): the first
         request starts the delay, and so does anything that can close a batch early (enough
         rows, another shape or priority than the head's, a timeout of its own)."""
-        head = self._head()
+        policy = self.policy
+        # The head is looked up only when the cheaper tests leave the answer open.
+        head = None
+        sooner = not policy.batches_rows or policy.max_queue_delay_us == 0 or item.deadline
+        if not sooner:
+            head = self._head()
         self._levels.setdefault(item.level, deque()).append(item)
         self._rows += item.rows
-        return (
-            head is None
-            or not self.policy.batches_rows
-            or self.policy.max_queue_delay_us == 0
+        return bool(
+            sooner
+            or head is None
             or self._rows >= self._ready_rows
-            or item.deadline is not None
             or item.key != head.key
             or item.level != head.level
         )
