@@ -581,6 +581,7 @@ def test_ctrl_c_lets_requests_in_flight_finish_over_http_and_grpc(tmp_path):
 
 
 @pytest.mark.cluster
+@pytest.mark.timeout(600)  # two clusters started in turn, each bounded below
 def test_two_servers_serve_side_by_side_on_one_machine(example_repository, tmp_path):
     """Each with its own ports (flags, or picked by the OS for Serve's fixed ones) and its own
     HAProxy files: both serve HTTP and gRPC, and each stops without touching the other."""
@@ -589,23 +590,27 @@ def test_two_servers_serve_side_by_side_on_one_machine(example_repository, tmp_p
     (repository / "add_sub").symlink_to(example_repository / "add_sub")
     servers, ray_tmps = [], []
     try:
-        for _ in range(2):
+        for index in range(2):
+            # In turn: the second's ports are picked once the first cluster holds its own.
             ray_tmps.append(Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp")))  # AF_UNIX paths
             port, grpc_port = free_port(), free_port()
-            servers.append(
-                (
-                    start_session(
-                        rayton_serve_command(repository, port, grpc_port),
-                        env=rayton_serve_env(ray_tmps[-1]),
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    ),
-                    f"127.0.0.1:{port}",
-                    f"127.0.0.1:{grpc_port}",
+            log_path = tmp_path / f"server{index}.log"
+            with open(log_path, "w") as log:
+                process = start_session(
+                    rayton_serve_command(repository, port, grpc_port),
+                    env=rayton_serve_env(ray_tmps[-1]),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                 )
+            url = f"127.0.0.1:{port}"
+            servers.append((process, url, f"127.0.0.1:{grpc_port}"))
+            came_up = wait_until(
+                lambda url=url, process=process: server_ready(url) or process.poll() is not None,
+                240,
             )
-        for _, url, _ in servers:
-            assert wait_until(lambda url=url: server_ready(url), 300), f"{url} never came up"
+            assert came_up and process.poll() is None, (
+                f"{url} never came up (exit {process.poll()}):\n{log_path.read_text()[-3000:]}"
+            )
         settings = [serve_port_settings(session_pids(process.pid)) for process, _, _ in servers]
         assert not set(settings[0].values()) & set(settings[1].values()), settings
         for _, url, grpc_url in servers:
