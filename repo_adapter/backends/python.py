@@ -146,6 +146,9 @@ class PythonBackend(Backend):
         self._output_datatypes = {o.name: config_to_protocol(o.data_type) for o in outputs}
         self._default_outputs = [o.name for o in outputs]
         self._decoupled = self.config.model_transaction_policy.decoupled
+        # Per response and per call: built once, not per request.
+        self._version_label = str(model.version)
+        self._version_dir = model.version_dir
 
     @classmethod
     def for_instance(cls, model: ModelVersion, instance: InstanceSpec) -> Backend:
@@ -528,7 +531,7 @@ class PythonBackend(Backend):
         if isinstance(outcome, InferenceServerError):
             return outcome
         if self._decoupled:  # execute succeeded; the responses went to the request's sink
-            return InferResponse(self.model.name, str(self.model.version), [], id=request.id)
+            return InferResponse(self.model.name, self._version_label, [], id=request.id)
         state = request_state(pb_request)
         if state.response.done():
             return self.convert_response(pb_request, request, state.response.result())
@@ -577,7 +580,8 @@ class PythonBackend(Backend):
                 )
                 array = as_protocol_array(tensor._host_array(), datatype)
                 outputs.append(InferTensor(name, datatype, array))
-            parameters = json.loads(response.parameters())
+            raw_parameters = response.parameters()
+            parameters = json.loads(raw_parameters) if raw_parameters != "{}" else {}
         except Exception as err:
             return InferenceServerError(
                 f"failed to read the response of Python model '{self.model.name}': "
@@ -586,7 +590,7 @@ class PythonBackend(Backend):
             )
         return InferResponse(
             model_name=self.model.name,
-            model_version=str(self.model.version),
+            model_version=self._version_label,
             outputs=outputs,
             id=request.id,
             parameters=parameters,
@@ -601,9 +605,7 @@ class PythonBackend(Backend):
         return message
 
     def _call(self, phase: str, loop: asyncio.AbstractEventLoop | None = None) -> Any:
-        return runtime.model_call(
-            phase, self.model.name, self.model.version_dir, loop or self._loop
-        )
+        return runtime.model_call(phase, self.model.name, self._version_dir, loop or self._loop)
 
 
 class _Delivery:

@@ -611,7 +611,7 @@ def from_infer_request(
     pb_request._preferred_memory = PreferredMemory(MemoryType.TRITONSERVER_MEMORY_CPU, 0)
     pb_request._trace = InferenceTrace(request.trace.key if request.trace is not None else None)
     # default=str: the transports may carry parameter types the Python API does not (floats).
-    pb_request._parameters = json.dumps(user_params, default=str)
+    pb_request._parameters = json.dumps(user_params, default=str) if user_params else "{}"
     pb_request._state = _RequestState(delivery)
     pb_request._sender = None
     return pb_request
