@@ -103,7 +103,7 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(
-                    f"server exited with {self.process.returncode}; see {self.log.name}"
+                    f"server exited with {self.process.returncode}:\n{self.log_tail()}"
                 )
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
@@ -112,7 +112,13 @@ class ServerProcess:
             except OSError:
                 pass
             time.sleep(1)
-        raise TimeoutError(f"{url} not ready after {timeout_s} s; see {self.log.name}")
+        raise TimeoutError(f"{url} not ready after {timeout_s} s:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the server's output (the test's report shows it where the log file is
+        out of reach, as on CI), and where the whole of it is."""
+        self.log.flush()
+        return f"{Path(self.log.name).read_text(errors='replace')[-chars:]}\n(log: {self.log.name})"
 
     def stop(self, timeout_s: float = 60) -> None:
         sid = self.process.pid

@@ -71,12 +71,14 @@ class PendingQueue:
         policy = self.policy
         # The head is looked up only when the cheaper tests leave the answer open.
         head = None
-        sooner = not policy.batches_rows or policy.max_queue_delay_us == 0 or item.deadline
+        sooner = (
+            not policy.batches_rows or policy.max_queue_delay_us == 0 or item.deadline is not None
+        )
         if not sooner:
             head = self._head()
         self._levels.setdefault(item.level, deque()).append(item)
         self._rows += item.rows
-        return bool(
+        return (
             sooner
             or head is None
             or self._rows >= self._ready_rows

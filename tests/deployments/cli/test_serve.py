@@ -32,6 +32,7 @@ from tests.support.crashing_models import CONFIG as CRASHES_CONFIG
 from tests.support.crashing_models import KILLS_ITS_REPLICA as CRASHES
 from tests.support.ports import free_port
 from tests.support.processes import (
+    ServerProcess,
     rayton_serve_command,
     rayton_serve_env,
     server_ready,
@@ -588,30 +589,23 @@ def test_two_servers_serve_side_by_side_on_one_machine(example_repository, tmp_p
     repository = tmp_path / "repository"
     repository.mkdir()
     (repository / "add_sub").symlink_to(example_repository / "add_sub")
-    servers, ray_tmps = [], []
+    servers: list[tuple[ServerProcess, str, str]] = []
+    ray_tmps: list[Path] = []
     try:
         for index in range(2):
             # In turn: the second's ports are picked once the first cluster holds its own.
             ray_tmps.append(Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp")))  # AF_UNIX paths
             port, grpc_port = free_port(), free_port()
-            log_path = tmp_path / f"server{index}.log"
-            with open(log_path, "w") as log:
-                process = start_session(
-                    rayton_serve_command(repository, port, grpc_port),
-                    env=rayton_serve_env(ray_tmps[-1]),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            url = f"127.0.0.1:{port}"
-            servers.append((process, url, f"127.0.0.1:{grpc_port}"))
-            came_up = wait_until(
-                lambda url=url, process=process: server_ready(url) or process.poll() is not None,
-                240,
+            server = ServerProcess(
+                rayton_serve_command(repository, port, grpc_port),
+                tmp_path / f"server{index}.log",
+                rayton_serve_env(ray_tmps[-1]),
             )
-            assert came_up and process.poll() is None, (
-                f"{url} never came up (exit {process.poll()}):\n{log_path.read_text()[-3000:]}"
-            )
-        settings = [serve_port_settings(session_pids(process.pid)) for process, _, _ in servers]
+            servers.append((server, f"127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"))
+            server.wait_http(f"http://127.0.0.1:{port}/v2/health/ready", 240)
+        settings = [
+            serve_port_settings(session_pids(server.process.pid)) for server, _, _ in servers
+        ]
         assert not set(settings[0].values()) & set(settings[1].values()), settings
         for _, url, grpc_url in servers:
             for module, address in ((httpclient, url), (grpcclient, grpc_url)):
@@ -621,7 +615,7 @@ def test_two_servers_serve_side_by_side_on_one_machine(example_repository, tmp_p
                         tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
                     result = client.infer("add_sub", inputs).as_numpy("OUTPUT0")
                     np.testing.assert_array_equal(result, np.arange(4) * 2.0)
-        first, _, _ = servers[0]
+        first = servers[0][0].process
         first.send_signal(signal.SIGINT)
         first.wait(120)
         assert wait_until(lambda: not session_pids(first.pid), 60)
@@ -630,9 +624,8 @@ def test_two_servers_serve_side_by_side_on_one_machine(example_repository, tmp_p
         with grpcclient.InferenceServerClient(grpc_url) as client:
             assert client.is_model_ready("add_sub")
     finally:
-        for process, _, _ in servers:
-            for pid in session_pids(process.pid):
-                os.kill(pid, signal.SIGKILL)
+        for server, _, _ in servers:
+            server.stop()
         for ray_tmp in ray_tmps:
             shutil.rmtree(ray_tmp, ignore_errors=True)
 
