@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from cluster.memory_budget import (
@@ -51,6 +52,7 @@ from repo_adapter.live_repository import UNLOADING, LiveRepository
 
 logger = logging.getLogger(__name__)
 
+_ON_DEMAND = "on demand"  # the loads the budgets count (start-up and API loads are not)
 # How often a load waiting for busy models to finish looks at them again
 _BUSY_POLL_S = 0.1
 _NO_GPU_SLOTS = (
@@ -181,7 +183,25 @@ class OnDemandLoads:
         """Load ``names`` now (``--load-model`` at start-up), placed by the budgets as a
         load on demand is, without counting as loads on demand."""
         async with self._changes:
-            await self._load_batch([n for n in names if not self._serves(n)], on_demand=False)
+            names = [n for n in names if not self._serves(n)]
+            await self._load_batch(names, "at start-up", partial(self._load, names))
+
+    async def load_requested(self, name: str, load: Callable[[], Awaitable[None]]) -> None:
+        """A repository API ``load`` of ``name``, applied by ``load``: placed by the budgets
+        and made room for as a load on demand is, without counting as one (a reload of a
+        served model keeps its place). The caller holds the lock of every change.
+
+        Raises:
+            InferenceServerError: what ``load`` raises; UNAVAILABLE when only busy models
+                could make room and their requests did not finish within the timeout.
+        """
+        await self._load_batch([name], "by the repository API", load)
+
+    def forget(self, name: str) -> None:
+        """Drop the place the budgets gave ``name``, which a repository API ``unload``
+        took down."""
+        self._node_of.pop(name, None)
+        self._gpu_of.pop(name, None)
 
     def _serves(self, name: str) -> bool:
         """Whether ``name`` serves and goes on serving (not being unloaded)."""
@@ -196,7 +216,8 @@ class OnDemandLoads:
             error: InferenceServerError | None = None
             try:
                 async with self._changes:
-                    await self._load_batch([n for n in batch if not self._serves(n)])
+                    names = [n for n in batch if not self._serves(n)]
+                    await self._load_batch(names, _ON_DEMAND, partial(self._load, names))
             except InferenceServerError as err:
                 error = err
             except Exception as err:  # a bug: answer it rather than leave requests waiting
@@ -213,7 +234,11 @@ class OnDemandLoads:
                 else:
                     future.set_result(None)
 
-    async def _load_batch(self, names: list[str], on_demand: bool = True) -> None:
+    async def _load_batch(
+        self, names: list[str], why: str, load: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Make room for ``names`` under the budgets, then ``load`` them (``why`` says for
+        whom: only loads on demand are counted)."""
         if not names:
             return
         began = time.monotonic()
@@ -221,12 +246,16 @@ class OnDemandLoads:
         room_at = time.monotonic()
         # The evicted models' unloads and the new loads are sent together (the shared host
         # gets one hosted set with both): an evicted model's memory is freed while the new
-        # ones load, instead of a wait for each in turn.
-        await asyncio.gather(self._evict(evict), self._load(names))
+        # ones load, instead of a wait for each in turn. Both finish before a failed load's
+        # error is raised, so no unload outlives the caller's lock.
+        outcomes = await asyncio.gather(self._evict(evict), load(), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         now = time.time()
         logger.info(
             "loaded %s: %s in %.2f s (%.2f s finding room; evicted %s)",
-            "on demand" if on_demand else "at start-up",
+            why,
             ", ".join(names),
             time.monotonic() - began,
             room_at - began,
@@ -234,9 +263,10 @@ class OnDemandLoads:
         )
         for name in names:
             if self._serves(name):
-                if on_demand:
+                if why == _ON_DEMAND:
                     self._loads[name] = self._loads.get(name, 0) + 1
                 self._loaded_at[name] = now
+                self._failed.pop(name, None)
             else:
                 fingerprint = await asyncio.to_thread(self.repository.fingerprint, name)
                 self._failed[name] = fingerprint

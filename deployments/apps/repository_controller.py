@@ -31,6 +31,7 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
+from functools import partial
 
 import ray
 from ray import serve
@@ -493,7 +494,11 @@ class RepositoryController:
         if refusal:
             raise InferenceServerError(refusal, StatusCode.UNAVAILABLE)
         async with self._changes:
-            await self._load_many([name], config=config, files=files, strict=True)
+            load_it = partial(self._load_many, [name], config=config, files=files, strict=True)
+            if self._on_demand is not None:  # placed by the memory budgets, room made
+                await self._on_demand.load_requested(name, load_it)
+            else:
+                await load_it()
             record = self.repository.records[name]
             if record.error:
                 raise load_failed_error(name, record.failed_versions, record.error)
@@ -518,6 +523,9 @@ class RepositoryController:
                 *(self._unload_one(n, with_member=True) for n in dependents),
                 *(self._unload_one(n) for n in dict.fromkeys(names) if n not in dependents),
             )
+            if self._on_demand is not None:
+                for unloaded in [*dependents, *names]:
+                    self._on_demand.forget(unloaded)
 
     def version_traffic(self, name: str) -> TrafficPolicy:
         """The traffic policy loaded model ``name`` follows (the repository API's, else its

@@ -1,7 +1,8 @@
 """Models loaded on their first request within a memory budget, on a live server with real
 tritonclient clients: every model listed, loaded by an HTTP or a gRPC request, the least
 recently used unloaded to make room (each answer still right), a model with requests in
-flight never unloaded (the load waits for it), and the index, /metrics and status saying so.
+flight never unloaded (the load waits for it), the index, /metrics and status saying so, and
+the repository API's loads (explicit mode) made room for as a load on demand is.
 
 Five python and one ONNX model, each declaring 10 MB, under a budget of 25 MB: two fit."""
 
@@ -38,7 +39,7 @@ def server(serve_cluster, tmp_path_factory):
     grpc_port, metrics_port = free_port(), free_port()
     serve_cluster.deploy_live(
         root,
-        "none",
+        "explicit",
         grpc_port=grpc_port,
         metrics_port=metrics_port,
         server_options={"load_on_demand": True, "memory_budget": "25MB"},
@@ -145,3 +146,16 @@ def test_unknown_and_broken_models_get_clear_errors(server):
         infer_grpc(grpc_url, "broken")
     assert "bad_field" in str(broken.value)
     assert infer_http(http_url, "m1") == 2.0  # the server serves on
+
+
+def test_a_repository_api_load_makes_room_within_the_budget(server):
+    http_url, _, metrics_port = server
+    client = httpclient.InferenceServerClient(http_url, network_timeout=120)
+    for name in ("m0", "m1"):  # the budget is full
+        assert infer_http(http_url, name) == 1.0 + MODELS[name]
+    client.load_model("m2")
+    assert "m2" in ready_models(http_url) and len(ready_models(http_url)) <= 2
+    assert sample(metrics(metrics_port), "rayton_memory_budget_used_bytes") <= 25e6
+    client.unload_model("m2")
+    assert "m2" not in ready_models(http_url)
+    assert infer_http(http_url, "m2") == 3.0  # an unloaded model loads again on its request

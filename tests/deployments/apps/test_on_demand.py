@@ -66,6 +66,7 @@ class Server:
         nodes += [(f"worker{i}", {"memory": 8e9, **gpus}) for i in range(1, workers + 1)]
         self.batches: list[list[str]] = []
         self.unloaded: list[str] = []
+        self.unload_s = 0.0
         self.loads = OnDemandLoads(
             self.repository,
             self.replicas,  # type: ignore[arg-type]
@@ -93,6 +94,7 @@ class Server:
             self.repository.load_succeeded(name, generation, {"1": VersionState(ModelState.READY)})
 
     async def unload(self, name: str) -> None:
+        await asyncio.sleep(self.unload_s)
         self.repository.begin_unload(name)
         self.unloaded.append(name)
         del self.replicas.statuses[name]
@@ -245,3 +247,31 @@ async def test_models_preloaded_at_start_up_are_placed_by_the_budgets_not_counte
     assert {m.model: m.loads for m in usage.models} == {"g0": 0, "g1": 0}
     assert await server.loads.ensure_loaded("g2")  # the GPUs are full: the oldest goes
     assert server.unloaded == ["g0"]
+
+
+async def test_a_repository_api_load_makes_room_as_a_load_on_demand_does(repository):
+    server = Server(repository, budget="25MB")  # two models fit
+    for name in ("m0", "m1"):
+        assert await server.loads.ensure_loaded(name)
+    server.use("m0")
+    server.use("m1")  # m0 is now the least recently used
+    await server.loads.load_requested("m2", lambda: server.load(["m2"]))
+    assert server.unloaded == ["m0"]
+    usage = await server.loads.usage()
+    assert usage.used_bytes <= usage.capacity_bytes
+    assert {m.model: m.loads for m in usage.models}["m2"] == 0  # not counted as on demand
+    await server.loads.load_requested("m2", lambda: server.load(["m2"]))  # a reload
+    assert server.unloaded == ["m0"]  # a served model keeps its place: nothing more goes
+
+
+async def test_a_repository_api_load_that_fails_raises_after_the_evictions_finished(repository):
+    server = Server(repository, budget="15MB")  # one model fits
+    assert await server.loads.ensure_loaded("m0")
+    server.unload_s = 0.2  # the load fails at once, the eviction later
+
+    async def refused() -> None:
+        raise InferenceServerError("refused", StatusCode.INVALID_ARG)
+
+    with pytest.raises(InferenceServerError, match="refused"):
+        await server.loads.load_requested("m1", refused)
+    assert server.unloaded == ["m0"]  # the unload ran to its end before the error
