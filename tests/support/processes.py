@@ -87,7 +87,12 @@ def _live_pids(selected: Callable[[list[str]], bool]) -> list[int]:
 
 
 class ServerProcess:
-    """A server command started in a new session; ``stop()`` ends the whole session."""
+    """A server command started in a new session; ``stop()`` ends the whole session.
+
+    ``env`` is the server's whole environment (:func:`rayton_serve_env` builds one without an
+    inherited ``RAY_ADDRESS``); without it, this process's. Ray's token auth is off unless
+    ``env`` turns it on.
+    """
 
     def __init__(self, command: list[str], log_path: Path, env: dict[str, str] | None = None):
         self.log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
@@ -95,7 +100,9 @@ class ServerProcess:
             command,
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})},
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"}
+            if env is None
+            else {"RAY_AUTH_MODE": "disabled", **env},
         )
 
     def wait_http(self, url: str, timeout_s: float = 300) -> None:
