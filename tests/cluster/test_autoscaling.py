@@ -209,3 +209,31 @@ def test_a_model_at_zero_replicas_answers_scales_up_and_back_to_zero(serve_clust
         )
     finally:
         serve_cluster.delete_all()
+
+
+def test_a_model_reloaded_at_zero_replicas_answers_from_its_new_files(serve_cluster, tmp_path):
+    """A reload of a model at zero replicas (``load`` after its files changed) loads the new
+    files on one replica, as a load does, keeps the model READY, answers from the new files,
+    and the model goes back to zero when idle."""
+    model = tmp_path / "to_zero"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(SLOW_CONFIG.replace(SCALING, TO_ZERO))
+    (model / "1" / "model.py").write_text(SLOW_MODEL)
+    serve_cluster.deploy_live(tmp_path, "explicit", ["to_zero"])
+    client = httpclient.InferenceServerClient(serve_cluster.http_url, network_timeout=120)
+    try:
+        _wait_for("to_zero", 0, SCALE_TIMEOUT_S)
+        (model / "1" / "model.py").write_text(SLOW_MODEL.replace("as_numpy())", "as_numpy() + 1)"))
+        start = time.monotonic()
+        client.load_model("to_zero")
+        reload_s = time.monotonic() - start
+        assert _running_replicas("to_zero") >= 1  # the new files proved on a replica
+        (entry,) = client.get_model_repository_index()
+        assert (entry["name"], entry["state"]) == ("to_zero", "READY"), entry
+        tensor = httpclient.InferInput("IN", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+        np.testing.assert_array_equal(client.infer("to_zero", [tensor]).as_numpy("OUT"), [2.0])
+        _wait_for("to_zero", 0, SCALE_TIMEOUT_S)
+        print(f"reloaded at zero replicas in {reload_s:.1f} s")
+    finally:
+        serve_cluster.delete_all()
