@@ -6,6 +6,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from cluster.haproxy_wrapper import haproxy_state_paths, haproxy_wrapper
 from cluster.serve_binds import SERVE_GRPC_HOST_ENV, SETUP_HOOK
@@ -98,6 +99,15 @@ def free_port(host: str) -> int:
         return probe.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class RayEndpoints:
+    """Where the Ray cluster a server joined or started answers ("": not known)."""
+
+    dashboard: str  # its URL
+    address: str  # the GCS, what ``--address`` and ``ray`` clients take
+    token_auth: bool  # whether Ray's token authentication is on
+
+
 def start_ray(
     address: str | None = None,
     host: str = "127.0.0.1",
@@ -105,7 +115,7 @@ def start_ray(
     num_cpus: int | None = None,
     fast_ingress: bool = True,
     grpc_routing: tuple[str, str] | None = None,
-) -> dict[str, str]:
+) -> RayEndpoints:
     """Join ``address`` or start a local cluster bound to ``host``; returns its endpoints.
 
     ``grpc_routing`` (a cluster of its own only): ``(frontend address, host application)``
@@ -141,11 +151,7 @@ def start_ray(
     dashboard = context.dashboard_url or ""
     if dashboard and not dashboard.startswith("http"):
         dashboard = f"http://{dashboard}"
-    return {
-        "dashboard": dashboard,
-        "address": context.address_info.get("address", ""),
-        "token_auth": "on" if token_auth_enabled() else "",
-    }
+    return RayEndpoints(dashboard, context.address_info.get("address", ""), token_auth_enabled())
 
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray import serve
 from ray.serve.api import RunTarget
 
-from cluster.local import free_port, start_ray
+from cluster.local import RayEndpoints, free_port, start_ray
 from cluster.serve_internals import serve_applications
 from deployments.apps.builders import (
     GRPC_APP_NAME,
@@ -312,7 +312,7 @@ def _wait_for_models(stop: threading.Event) -> bool:
     return False
 
 
-def _print_endpoints(settings: ServeSettings, ray_endpoints: dict[str, str]) -> None:
+def _print_endpoints(settings: ServeSettings, ray_endpoints: RayEndpoints) -> None:
     endpoints = settings.endpoints
     print("\nrayton is serving", settings.server.model_repository)
     for name, state in _served_states().items():
@@ -328,13 +328,13 @@ def _print_endpoints(settings: ServeSettings, ray_endpoints: dict[str, str]) -> 
             f"  Metrics (Prometheus):       "
             f"http://{metrics.metrics_host}:{metrics.metrics_port}/metrics"
         )
-    if ray_endpoints["dashboard"]:
-        print(f"  Ray dashboard:              {ray_endpoints['dashboard']}")
-        if ray_endpoints.get("token_auth"):
+    if ray_endpoints.dashboard:
+        print(f"  Ray dashboard:              {ray_endpoints.dashboard}")
+        if ray_endpoints.token_auth:
             print(f"  {'':28s}(Ray token auth is on: the dashboard asks for the token,")
             print(f"  {'':28s} which `ray get-auth-token` prints)")
-    if ray_endpoints["address"]:
-        print(f"  Ray cluster (--address):    {ray_endpoints['address']}")
+    if ray_endpoints.address:
+        print(f"  Ray cluster (--address):    {ray_endpoints.address}")
     print("\nCtrl-C to stop.", flush=True)
 
 
