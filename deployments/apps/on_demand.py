@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from enum import Enum
 from functools import partial
 from pathlib import Path
 
@@ -52,7 +53,6 @@ from repo_adapter.live_repository import UNLOADING, LiveRepository
 
 logger = logging.getLogger(__name__)
 
-_ON_DEMAND = "on demand"  # the loads the budgets count (start-up and API loads are not)
 # How often a load waiting for busy models to finish looks at them again
 _BUSY_POLL_S = 0.1
 _NO_GPU_SLOTS = (
@@ -60,6 +60,14 @@ _NO_GPU_SLOTS = (
     "resources, and no live node declares one ('rayton cluster' does; on your own nodes: "
     "ray start --resources '{\"rayton_gpu_0\": 1}' for each GPU)"
 )
+
+
+class LoadCause(Enum):
+    """Why a load runs (its value: what the log says). Only loads on demand are counted."""
+
+    ON_DEMAND = "on demand"
+    START_UP = "at start-up"
+    REPOSITORY_API = "by the repository API"
 
 
 @dataclass(frozen=True)
@@ -184,7 +192,7 @@ class OnDemandLoads:
         load on demand is, without counting as loads on demand."""
         async with self._changes:
             names = [n for n in names if not self._serves(n)]
-            await self._load_batch(names, "at start-up", partial(self._load, names))
+            await self._load_batch(names, LoadCause.START_UP, partial(self._load, names))
 
     async def load_requested(self, name: str, load: Callable[[], Awaitable[None]]) -> None:
         """A repository API ``load`` of ``name``, applied by ``load``: placed by the budgets
@@ -195,7 +203,7 @@ class OnDemandLoads:
             InferenceServerError: what ``load`` raises; UNAVAILABLE when only busy models
                 could make room and their requests did not finish within the timeout.
         """
-        await self._load_batch([name], "by the repository API", load)
+        await self._load_batch([name], LoadCause.REPOSITORY_API, load)
 
     def forget(self, name: str) -> None:
         """Drop the place the budgets gave ``name``, which a repository API ``unload``
@@ -217,7 +225,7 @@ class OnDemandLoads:
             try:
                 async with self._changes:
                     names = [n for n in batch if not self._serves(n)]
-                    await self._load_batch(names, _ON_DEMAND, partial(self._load, names))
+                    await self._load_batch(names, LoadCause.ON_DEMAND, partial(self._load, names))
             except InferenceServerError as err:
                 error = err
             except Exception as err:  # a bug: answer it rather than leave requests waiting
@@ -235,10 +243,9 @@ class OnDemandLoads:
                     future.set_result(None)
 
     async def _load_batch(
-        self, names: list[str], why: str, load: Callable[[], Awaitable[None]]
+        self, names: list[str], cause: LoadCause, load: Callable[[], Awaitable[None]]
     ) -> None:
-        """Make room for ``names`` under the budgets, then ``load`` them (``why`` says for
-        whom: only loads on demand are counted)."""
+        """Make room for ``names`` under the budgets, then ``load`` them."""
         if not names:
             return
         began = time.monotonic()
@@ -255,7 +262,7 @@ class OnDemandLoads:
         now = time.time()
         logger.info(
             "loaded %s: %s in %.2f s (%.2f s finding room; evicted %s)",
-            why,
+            cause.value,
             ", ".join(names),
             time.monotonic() - began,
             room_at - began,
@@ -263,7 +270,7 @@ class OnDemandLoads:
         )
         for name in names:
             if self._serves(name):
-                if why == _ON_DEMAND:
+                if cause is LoadCause.ON_DEMAND:
                     self._loads[name] = self._loads.get(name, 0) + 1
                 self._loaded_at[name] = now
                 self._failed.pop(name, None)
