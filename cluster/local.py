@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cluster.haproxy_wrapper import haproxy_state_paths, haproxy_wrapper
+from cluster.ports import free_port
 from cluster.serve_binds import SERVE_GRPC_HOST_ENV, SETUP_HOOK
 from cluster.serve_internals import localhost_resolved_as, token_auth_enabled
 
@@ -48,8 +48,8 @@ SERVING_ENV = {
 LOCAL_CLUSTER_ENV = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 # Serve's fast ingress takes fixed ports by default, where a second server on this machine
 # (or anything else there) would clash: HAProxy's stats page and Prometheus exporter (8404,
-# 9101) and its backup server, Serve's fallback proxy (8500, 9500). The OS picks them instead;
-# a user's setting is kept.
+# 9101) and its backup server, Serve's fallback proxy (8500, 9500). Free ports are picked instead
+# (:mod:`cluster.ports`); a user's setting is kept.
 SERVE_FIXED_PORT_SETTINGS = (
     "RAY_SERVE_HAPROXY_STATS_PORT",
     "RAY_SERVE_HAPROXY_METRICS_PORT",
@@ -90,13 +90,6 @@ def apply_serving_environment(
             os.environ.setdefault("RAY_SERVE_HAPROXY_BINARY_PATH", wrapper)
             for setting, path in haproxy_state_paths().items():
                 os.environ.setdefault(setting, path)
-
-
-def free_port(host: str) -> int:
-    """A port free on ``host`` now (the OS picks it)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 @dataclass(frozen=True)

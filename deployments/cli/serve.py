@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray import serve
 from ray.serve.api import RunTarget
 
-from cluster.local import RayEndpoints, free_port, start_ray
+from cluster.local import RayEndpoints, start_ray
+from cluster.ports import free_port
 from cluster.serve_internals import serve_applications
 from deployments.apps.builders import (
     GRPC_APP_NAME,
