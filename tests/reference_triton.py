@@ -38,7 +38,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,10 +48,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-HOST = "127.0.0.1"
+from tests.support.ports import free_ports
 
-# Port ranges other services on the test machines use; never hand these out.
-_RESERVED_PORT_RANGES = ((10002, 19999), (30000, 31000), (40000, 41000))
+HOST = "127.0.0.1"
 
 _PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 _STUB_NAME = "triton_python_backend_stub"
@@ -145,35 +143,6 @@ def stub_bin_dir() -> Path:
 
 # ---------------------------------------------------------------------------------------------
 # Ports
-
-
-def _port_allowed(port: int) -> bool:
-    return not any(low <= port <= high for low, high in _RESERVED_PORT_RANGES)
-
-
-def free_ports(count: int, attempts: int = 200) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 chosen by the OS, outside reserved ranges.
-
-    The sockets are held open until all ports are chosen so the OS cannot hand out one twice.
-    """
-    ports: list[int] = []
-    held: list[socket.socket] = []
-    try:
-        for _ in range(attempts):
-            if len(ports) == count:
-                break
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((HOST, 0))
-            port = sock.getsockname()[1]
-            held.append(sock)
-            if _port_allowed(port) and port not in ports:
-                ports.append(port)
-        if len(ports) != count:
-            raise ReferenceTritonError(f"could not find {count} free ports on {HOST}")
-        return ports
-    finally:
-        for sock in held:
-            sock.close()
 
 
 # ---------------------------------------------------------------------------------------------

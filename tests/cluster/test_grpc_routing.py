@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 from cluster.grpc_routing import FRONTEND_BACKEND, NO_REPLICA_ANSWERED, route_model_infer
 from cluster.haproxy_wrapper import haproxy_wrapper
 from cluster.serve_binds import bound_address
+from tests.support.ports import free_port
 
 HOST_APP = "rayton-models"
 
@@ -82,12 +83,6 @@ def serve_config(
         f"{sections}"
         "listen stats\n  stats enable\n"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def haproxy_binary() -> str:
